@@ -46,7 +46,7 @@ from paraplan.cost.framework_rules import (may_run_unfused_attention, release_ha
                                            unpriced_reason)
 from paraplan.cost.readers.fields import Section
 from paraplan.cost.readers.model import check_head_shape
-from paraplan.cost.readers.plan_reader import default_layer_split
+from paraplan.cost.readers.plan_reader import SPLIT_KEYS, default_layer_split, stated_megatron_split
 from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.readers.gpus import load_catalogue
 from paraplan.cost.releases import find_release, known_versions
@@ -490,19 +490,12 @@ def _check_row(row: Section) -> None:
         _check_ran(row.section("ran", RAN_KEYS), Precision(row.raw.get("precision", "bf16")))
 
 
-# A row's optional statement of its layer split, as Megatron-core was told it (cost/
-# pipeline_split.py): --decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-
-# pipeline-split. Absent: paraplan's default_layer_split.
-SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split")
-
-
 def row_layer_split(config: Section, layers: int, pp: int, v: int) -> tuple[tuple[int, ...], bool, bool]:
     """(layers per stage, embedding_in_split, loss_in_split) of a row's `config` section: as
-    its split keys state it (SPLIT_KEYS), else the default split; InstanceError naming the
-    field where the split cannot be built."""
-    from paraplan.cost.pipeline_split import megatron_split
-    # a flag stated false says what its absence says
-    stated = {k: config.raw[k] for k in SPLIT_KEYS if config.has_value(k) and config.raw[k] is not False}
+    its split keys state it (plan_reader.SPLIT_KEYS), else the default split; InstanceError
+    naming the field where the split cannot be built."""
+    # a key stated null or false says what its absence says
+    stated = [k for k in SPLIT_KEYS if config.has_value(k) and config.raw[k] is not False]
     if not stated:
         if layers % v:
             raise config.error("virtual_stages", f"{v} chunks per stage do not divide the {layers}"
@@ -514,16 +507,8 @@ def row_layer_split(config: Section, layers: int, pp: int, v: int) -> tuple[tupl
             raise config.error("pp", f"{pp} x {v} chunks: more pipeline stages than the {layers}"
                                " layers", "give the pipeline degree the run used")
         return default_layer_split(layers, pp, v), False, False
-    ends = {k: config.integer(k) for k in SPLIT_KEYS[:2] if k in stated}
-    embedding = config.boolean("embedding_in_split", False) if "embedding_in_split" in stated else False
-    loss = config.boolean("loss_in_split", False) if "loss_in_split" in stated else False
-    try:
-        split = megatron_split(layers, pp, v, first=ends.get("first_stage_layers"),
-                               last=ends.get("last_stage_layers"), embedding=embedding, loss=loss)
-    except ConfigError as e:
-        raise config.error(next(iter(stated)), f"{e} ({layers} layers, pp {pp}, virtual_stages {v})",
-                           "give the split the run used, as Megatron-core takes it") from None
-    return split, embedding, loss
+    return stated_megatron_split(config, stated, layers, pp, v, f"({layers} layers, pp {pp}, virtual_stages {v})",
+                                 "give the split the run used, as Megatron-core takes it")
 
 
 def _check_ran(ran: Section, precision: Precision) -> None:

@@ -642,19 +642,15 @@ def scale_slow_log_quantile(f: Features, res: Sequence[Residual], exclude_family
 def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> float:
     """predicted time at `quantile` / predicted time: the measured time stays below
     predicted * this in a `quantile` share of the out-of-sample residuals band_pool gives f
-    (family-weighted, as the interval): exp(-r_(1 - quantile))."""
-    return _with_scale_axis(_pool_quantile_factor(band_pool(f, res)[0], quantile), f, res, quantile)
+    (family-weighted, as the interval): exp(-r_(1 - quantile)), or the scale axis's factor
+    (_scale_factor) where that reaches farther on the slow side."""
+    factor, scale = _pool_quantile_factor(band_pool(f, res)[0], quantile), _scale_factor(f, res, quantile)
+    return factor if scale is None else max(factor, scale)
 
 
 # any plan at the scale axis's scale: scale_slow_log_quantile reads nothing else of it
 _AT_SCALE = Features(family="", framework="", gpu="", num_gpus=SCALE_AXIS_MIN_GPUS, zero=0, cp=1, pp=1,
                      precision="bf16", activations="stored")
-
-
-def _with_scale_axis(factor: float, f: Features, res: Sequence[Residual], quantile: float) -> float:
-    """`factor`, or the scale axis's where that reaches farther on the slow side."""
-    scale = _scale_factor(f, res, quantile)
-    return factor if scale is None else max(factor, scale)
 
 
 def _scale_factor(f: Features, res: Sequence[Residual], quantile: float) -> float | None:
@@ -792,7 +788,7 @@ def plan_trust(inst: Instance, plan: Plan, predicted_s: float) -> Trust:
     if inst.model.moe is not None:
         trust = max((moe_trust(g, predicted_s, trust.warnings) for g in gpus), key=_upper_end)
     extra = tuple(unvalidated_warnings(inst, plan, res) + mfu_record_warning(inst, plan, predicted_s, mfu_records())
-                  + _memory_headroom_lines(inst, fill, MIN_VALIDATING_ROWS))
+                  + memory_headroom_warning(inst, fill))
     trust = replace(trust, warnings=trust.warnings + extra) if extra else trust
     return with_release(trust, inst.job, res)
 
@@ -816,19 +812,15 @@ def published_memory_fractions(band: str) -> tuple[tuple[float, str], ...]:
     return tuple((fill, row_id) for b, fill, row_id in _trust_table()["memory_fractions"] if b == band)
 
 
-def memory_headroom_warning(inst: Instance, plan: Plan, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
+def memory_headroom_warning(inst: Instance, fill: float | None, min_rows: int = MIN_VALIDATING_ROWS) -> list[str]:
     """One line when fewer than min_rows published rows of the plan's scale band fill their
-    memory as far as the plan's fullest stage of any class does (plan_memory_fill). A plan
+    memory as far as `fill`, the plan's fullest stage of any class (plan_memory_fill; None:
+    not counted, no line). A plan
     that stores activations up to the edge of HBM is priced by the same memory model, but no
     run checks that it fits or runs at that speed there (allocator fragmentation, the
     runtime's own buffers); the band counts it one distance level only beyond the fullest of
     them (_memory_uses), where the rows give their errors no wider spread (docs/accuracy.md,
     "Memory fill")."""
-    return _memory_headroom_lines(inst, plan_memory_fill(inst, plan), min_rows)
-
-
-def _memory_headroom_lines(inst: Instance, fill: float | None, min_rows: int) -> list[str]:
-    """memory_headroom_warning of a plan whose band counts memory fill `fill` (None: none)."""
     if fill is None:
         return []
     num_gpus = inst.cluster.num_gpus

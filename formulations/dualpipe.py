@@ -311,6 +311,19 @@ def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
     return P, U, D
 
 
+def _pair_table_sums(p: DualPipeProblem):
+    """Per pair h: (lo_N, R, split) of _pair_tables and its three sums (P, U, D) of _pair_sums,
+    the tables the exact search and the pair models read; None where a pair fits no count of
+    layers at all (then no split fits; the pairs after it are not tabled)."""
+    out = []
+    for h in range(p.pairs):
+        lo_N, R, split = _pair_tables(p, h)
+        if not np.isfinite(R).any():
+            return None
+        out.append((lo_N, R, split, _pair_sums(p, h, lo_N, R)))
+    return out
+
+
 def _split_of(p: DualPipeProblem, tables, steps) -> tuple[list[int], list[int]]:
     """The split (n, r) with pair h holding lo_N + steps[h] layers, divided between its two
     stages as its table says; `tables` holds each pair's (lo_N, split) of _pair_tables."""
@@ -330,15 +343,14 @@ def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClass
         return solve_cpsat(p, cutoff_s=cutoff_s)
     k, L, m = p.pairs, p.layers, p.num_micro_batches
     c = p.bubble_weight
-    tables = [_pair_tables(p, h) for h in range(k)]
-    los = np.array([t[0] for t in tables])
-    if los.sum() > L:
+    tables = _pair_table_sums(p)
+    if tables is None or sum(t[0] for t in tables) > L:
         return _result(p, "infeasible", "dp", start, math.inf, 0.0)
+    los = np.array([t[0] for t in tables])
     # per pair h and N = lo_h .. L: its three sums (inf where nothing fits); nondecreasing in N
     Pt, Ut, Dt = [], [], []
-    for h, (lo_N, R, _) in enumerate(tables):
+    for lo_N, R, _, (P, U, D) in tables:
         bad = ~np.isfinite(R)
-        P, U, D = _pair_sums(p, h, lo_N, R)
         Pt.append(np.where(bad, np.inf, P))
         Ut.append(np.where(bad, np.inf, U))
         Dt.append(np.where(bad, np.inf, np.maximum.accumulate(D)))
@@ -392,7 +404,7 @@ def solve_exact(p: DualPipeProblem, cutoff_s: float | None = None) -> MultiClass
     for h in range(k):  # any assignment within the caps has maxima <= (X, Y, Z)
         extra[h] = min(cap[h], span[h], left)
         left -= extra[h]
-    n, r = _split_of(p, [(lo_N, split) for lo_N, _, split in tables], extra.tolist())
+    n, r = _split_of(p, [(lo_N, split) for lo_N, _, split, _ in tables], extra.tolist())
     return _result(p, "optimal", "dp", start, best, 0.0, n, r)
 
 
@@ -508,36 +520,39 @@ def _pair_model(p: DualPipeProblem, q: float, cutoff_q: int | None):
     has pp/2 variables. (model, pick): pick(solver) is the split (n, r) of the solution."""
     from ortools.sat.python import cp_model
 
-    L, pp, m = p.layers, p.pp, p.num_micro_batches
+    L = p.layers
     model = cp_model.CpModel()
     big = 4 * OBJECTIVE_LIMIT_QUANTA
-    X = model.new_int_var(-big, big, "X")
-    Y = model.new_int_var(-big, big, "Y")
-    Z = model.new_int_var(-big, big, "Z")
+    X, Y, Z = (model.new_int_var(-big, big, name) for name in "XYZ")
+    pairs = _pair_table_sums(p)
+    if pairs is None:  # a pair fits no count of layers: no split fits
+        model.add_bool_or([])
+        return model, None
     tables, idx = [], []
-    for h in range(p.pairs):
-        lo_N, R, split = _pair_tables(p, h)
+    for h, (lo_N, R, split, sums) in enumerate(pairs):
         ok = np.flatnonzero(np.isfinite(R))
-        if len(ok) == 0:  # the pair fits not even its fewest layers: nothing does
-            model.add_bool_or([])
-            return model, None
-        P, U, D = _pair_sums(p, h, lo_N, R)
         i = model.new_int_var_from_domain(cp_model.Domain.from_values(ok.tolist()), f"N{h}_index")
-        for name, vals, bound in (("P", P, X), ("U", U, Y), ("D", D, Z)):
+        for name, vals, bound in zip("PUD", sums, (X, Y, Z)):
             v = model.new_int_var(-big, big, f"{name}{h}")
             model.add_element(i, [int(round(x / q)) for x in vals], v)
             model.add(bound >= v)
         tables.append((lo_N, split))
         idx.append(i)
     model.add(sum(lo_N + i for (lo_N, _), i in zip(tables, idx)) == L)
-    objective = m * X + (pp // 2 - 1) * Y + 2 * Z
-    if cutoff_q is not None:
-        model.add(objective <= cutoff_q)
-    model.minimize(objective)
+    _minimise_cpsat(model, p, X, Y, Z, cutoff_q)
 
     def pick(solver) -> tuple[list[int], list[int]]:
         return _split_of(p, tables, [solver.value(i) for i in idx])
     return model, pick
+
+
+def _minimise_cpsat(model, p: DualPipeProblem, X, Y, Z, cutoff_q: int | None) -> None:
+    """CP-SAT's objective over the maxima X, Y, Z (2 Z in quanta, solve_cpsat), held to
+    `cutoff_q` quanta where given."""
+    objective = p.num_micro_batches * X + (p.pp // 2 - 1) * Y + 2 * Z
+    if cutoff_q is not None:
+        model.add(objective <= cutoff_q)
+    model.minimize(objective)
 
 
 def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | None):
@@ -545,7 +560,7 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
     to `cutoff_q` quanta: (model, n, r)."""
     from ortools.sat.python import cp_model
 
-    L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
+    L, pp, k = p.layers, p.pp, p.pairs
     qi = lambda x: [int(round(v / q)) for v in x]  # noqa: E731
     a, t, u = qi(p.a), qi(p.t), qi(p.u)
     tb, ur = qi(p.t + p.bw), qi(p.u + p.ru)
@@ -560,9 +575,7 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
     for s in range(pp):
         model.add(r[s] <= n[s])
     big = 4 * OBJECTIVE_LIMIT_QUANTA
-    X = model.new_int_var(-big, big, "X")
-    Y = model.new_int_var(-big, big, "Y")
-    Z = model.new_int_var(-big, big, "Z")
+    X, Y, Z = (model.new_int_var(-big, big, name) for name in "XYZ")
     for h in range(k):
         st = (h, pp - 1 - h)
         model.add(X >= sum(a[s] + t[s] * n[s] + u[s] * r[s] for s in st))
@@ -578,17 +591,14 @@ def _cpsat_model(p: DualPipeProblem, q: float, R: int, cuts, cutoff_q: int | Non
             model.add(x >= bound if sense > 0 else x <= bound).only_enforce_if(b)
             lits.append(b)
         model.add_bool_or(lits)
-    objective = m * X + (pp // 2 - 1) * Y + 2 * Z
-    if cutoff_q is not None:
-        model.add(objective <= cutoff_q)
-    model.minimize(objective)
+    _minimise_cpsat(model, p, X, Y, Z, cutoff_q)
     return model, n, r
 
 
 # --- MILP -----------------------------------------------------------------------------------
 
 def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
-                      cutoff_s: float | None) -> MultiClassResult | None:
+                      cutoff_s: float | None, start: float) -> MultiClassResult | None:
     """solve_milp where pairs_alike holds (as _pair_model for CP-SAT): pair h holds N_h =
     lo_h + sum_j z_hj layers, z_hj binary with z_hj >= z_h,j+1 (z_hj = 1: at least lo_h + j),
     and each of its sums is its table's first value plus the steps it climbs,
@@ -598,19 +608,17 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
         eps = iota (m/2 + c + 1) V_max + phi (m/2 + c + 1).
     None where a pair's feasible counts are not one run from its fewest (the per-stage model
     then decides)."""
-    from paraplan.formulations.milp import FEASIBILITY_TOL_S, INTEGRALITY_TOL, new_model, run_model
-    start = time.perf_counter()
+    from paraplan.formulations.milp import FEASIBILITY_TOL_S, INTEGRALITY_TOL, int_value, new_model
     L, m = p.layers, p.num_micro_batches
+    pairs = _pair_table_sums(p)
+    if pairs is None:
+        return _result(p, "infeasible", backend, start, math.inf, 0.0)
     rows = []
-    for h in range(p.pairs):
-        lo_N, R, split = _pair_tables(p, h)
+    for lo_N, R, split, sums in pairs:
         ok = np.flatnonzero(np.isfinite(R))
-        if len(ok) == 0:
-            return _result(p, "infeasible", backend, start, math.inf, 0.0)
         if ok[0] != 0 or ok[-1] != len(ok) - 1:
             return None
-        sums = [x[: len(ok)] for x in _pair_sums(p, h, lo_N, R)]
-        rows.append((lo_N, split, sums))
+        rows.append((lo_N, split, [x[: len(ok)] for x in sums]))
     if all(len(sums[0]) == 1 for _, _, sums in rows):  # every pair at its one count: nothing to choose
         if sum(lo_N for lo_N, _, _ in rows) != L:
             return _result(p, "infeasible", backend, start, math.inf, 0.0)
@@ -618,36 +626,33 @@ def _solve_milp_pairs(p: DualPipeProblem, time_limit_s: float, backend: str,
     weight = m / 2 + p.bubble_weight + 1
     variation = max(float(np.abs(np.diff(x)).sum()) for _, _, sums in rows for x in sums)
     eps = INTEGRALITY_TOL * weight * variation + FEASIBILITY_TOL_S * weight
-    api = new_model(backend)
-    X, Y, Z = api.real_var("X"), api.real_var("Y"), api.real_var("Z")
-    steps, layers = [], []
-    for h, (lo_N, _, sums) in enumerate(rows):
-        z = [api.int_var(0, 1, f"z_h{h}_j{j}") for j in range(1, len(sums[0]))]
-        for j in range(1, len(z)):
-            api.add(z[j] <= z[j - 1], f"C1_order_h{h}_j{j + 1}")
-        for name, bound, x in (("C3_steady", X, sums[0]), ("C4_bubble", Y, sums[1]), ("C5_sync", Z, sums[2])):
-            api.add(bound >= float(x[0]) + sum(float(x[j] - x[j - 1]) * z[j - 1] for j in range(1, len(x))),
-                    f"{name}_h{h}")
-        steps.append(z)
-        layers.append(lo_N + sum(z))
-    api.add(sum(layers) == L, "C1_layers")
-    objective = m / 2 * X + p.bubble_weight * Y + Z
-    if cutoff_s is not None and math.isfinite(cutoff_s):
-        api.add(objective <= cutoff_s + eps, "C8_cutoff")
-    api.minimise(objective)
-    status, _, bound, read_error = run_model(api, backend, time_limit_s, 1, "a DualPipe split")
-    tol = 2 * eps + read_error
-    if status == "infeasible":
-        return _none_below(p, backend, start, cutoff_s, tol)
-    if status == "timeout":
-        return _result(p, "timeout", backend, start, None, tol)
-    n, r = _split_of(p, [(lo_N, split) for lo_N, split, _ in rows],
-                     [sum(int(round(api.value(x) or 0.0)) for x in z) for z in steps])
-    if sum(n) != L:
-        raise SolverError(f"{backend}: DualPipe pair counts {n} do not sum to {L} layers")
-    bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
-    return _result(p, status, backend, start, bound, tol, n, r)
+    what = "a DualPipe split"
 
+    def formulate(_cuts):  # memory is exact through the tables: never a cut
+        api = new_model(backend)
+        X, Y, Z = api.real_var("X"), api.real_var("Y"), api.real_var("Z")
+        steps, layers = [], []
+        for h, (lo_N, _, sums) in enumerate(rows):
+            z = [api.int_var(0, 1, f"z_h{h}_j{j}") for j in range(1, len(sums[0]))]
+            for j in range(1, len(z)):
+                api.add(z[j] <= z[j - 1], f"C1_order_h{h}_j{j + 1}")
+            for name, bound, x in (("C3_steady", X, sums[0]), ("C4_bubble", Y, sums[1]), ("C5_sync", Z, sums[2])):
+                api.add(bound >= float(x[0]) + sum(float(x[j] - x[j - 1]) * z[j - 1] for j in range(1, len(x))),
+                        f"{name}_h{h}")
+            steps.append(z)
+            layers.append(lo_N + sum(z))
+        api.add(sum(layers) == L, "C1_layers")
+        _minimise_milp(api, p, X, Y, Z, cutoff_s, eps)
+        return api, eps, steps
+
+    def check(built):
+        api, _, steps = built
+        n, r = _split_of(p, [(lo_N, split) for lo_N, split, _ in rows],
+                         [sum(int_value(api, x, backend, what) for x in z) for z in steps])
+        if sum(n) != L:
+            raise SolverError(f"{backend}: DualPipe pair counts {n} do not sum to {L} layers")
+        return (n, r), []
+    return _milp_solve(p, formulate, check, backend, start, time_limit_s, cutoff_s)
 
 
 def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "cbc",
@@ -662,22 +667,21 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
         eps = iota pp (m/2 + c + 1) w_max + phi (m/2 + c + 1)
     (w_max the largest per-layer coefficient), plus CBC's print error; tolerance 2 eps.
     `cutoff_s`: the objective is held to cutoff + eps, so "infeasible" is status "cutoff"."""
-    from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S,
-                                            INTEGRALITY_TOL, MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model,
-                                            run_model)
+    from paraplan.formulations.milp import (BACKENDS, FEASIBILITY_TOL_S, INTEGRALITY_TOL, MEM_MARGIN_MIB,
+                                            MEM_UNIT_BYTES, int_value, new_model)
     start = time.perf_counter()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if p.pairs_alike():  # the pairs' own tables: memory exact, no cuts (_solve_milp_pairs)
-        got = _solve_milp_pairs(p, time_limit_s, backend, cutoff_s)
+        got = _solve_milp_pairs(p, time_limit_s, backend, cutoff_s, start)
         if got is not None:
             return got
     L, pp, k, m = p.layers, p.pp, p.pairs, p.num_micro_batches
     R = L if p.allow_full_recompute else 0
     lo = p.lows()
-    cuts: list[tuple[tuple[str, int, int, int], ...]] = []
+    what = "a DualPipe split"
 
-    def formulate():
+    def formulate(cuts):
         api = new_model(backend)
         n = [api.int_var(int(lo[s]), L, f"n_s{s}") for s in range(pp)]
         r = [api.int_var(0, R, f"r_s{s}") for s in range(pp)]
@@ -705,41 +709,33 @@ def solve_milp(p: DualPipeProblem, time_limit_s: float = 10.0, backend: str = "c
                         f"C7x_mem_{i}_{j}")
                 ys.append(y)
             api.add(sum(ys) >= 1, f"C7x_mem_{i}")
-        objective = m / 2 * X + p.bubble_weight * Y + Z
-        if cut:
-            api.add(objective <= cutoff_s + eps, "C8_cutoff")
-        api.minimise(objective)
-        return api, n, r
+        _minimise_milp(api, p, X, Y, Z, cutoff_s, eps)
+        return api, eps, n, r
 
-    cut = cutoff_s is not None and math.isfinite(cutoff_s)
     w_max = float(max(np.abs(x).max() for x in (p.t, p.u, p.t + p.bw, p.u + p.ru, p.g)))
     weight = m / 2 + p.bubble_weight + 1
     eps = INTEGRALITY_TOL * pp * weight * w_max + FEASIBILITY_TOL_S * weight
-    deadline = start + time_limit_s
-    while True:
-        left = max(deadline - time.perf_counter(), 1e-3)
-        api, n, r = formulate()
-        status, _, bound, read_error = run_model(api, backend, left, 1, "a DualPipe split")
-        if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
-            api, n, r = formulate()
-            status, _, bound, read_error = run_model(api, backend, CBC_INFEASIBLE_RECHECK_S, 1, "a DualPipe split")
-        tol = 2 * eps + read_error
-        if status == "infeasible":
-            return _none_below(p, backend, start, cutoff_s, tol)
-        if status == "timeout":
-            return _result(p, "timeout", backend, start, None, tol)
 
-        def val(x) -> int:
-            v = api.value(x)
-            if v is None:
-                raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} DualPipe split")
-            return int(round(v))
-        nv, rv = [val(x) for x in n], [val(x) for x in r]
-        over = p.overfull_pairs(nv, rv)
-        if not over:
-            break
-        if time.perf_counter() >= deadline:
-            return _result(p, "timeout", backend, start, None, tol)
-        cuts += [memory_cut(p, h, nv, rv) for h in over]
-    bound = bound - eps - read_error if status == "optimal" and bound is not None and math.isfinite(bound) else None
-    return _result(p, status, backend, start, bound, tol, nv, rv)
+    def check(built):
+        api, _, n, r = built
+        nv, rv = [int_value(api, x, backend, what) for x in n], [int_value(api, x, backend, what) for x in r]
+        return (nv, rv), [memory_cut(p, h, nv, rv) for h in p.overfull_pairs(nv, rv)]
+    return _milp_solve(p, formulate, check, backend, start, time_limit_s, cutoff_s)
+
+
+def _minimise_milp(api, p: DualPipeProblem, X, Y, Z, cutoff_s: float | None, eps: float) -> None:
+    """The MILP's objective over the maxima X, Y, Z (seconds), held to cutoff + eps (C8)."""
+    objective = p.num_micro_batches / 2 * X + p.bubble_weight * Y + Z
+    if cutoff_s is not None and math.isfinite(cutoff_s):
+        api.add(objective <= cutoff_s + eps, "C8_cutoff")
+    api.minimise(objective)
+
+
+def _milp_solve(p: DualPipeProblem, formulate, check, backend: str, start: float, time_limit_s: float,
+                cutoff_s: float | None) -> MultiClassResult:
+    """A DualPipe MILP solved by formulations/milp.solve_with_cuts, as a result."""
+    from paraplan.formulations.milp import solve_with_cuts
+    got = solve_with_cuts(formulate, check, backend, start + time_limit_s, "a DualPipe split")
+    if got.status == "infeasible":
+        return _none_below(p, backend, start, cutoff_s, got.tolerance_s)
+    return _result(p, got.status, backend, start, got.bound_s, got.tolerance_s, *got.values)

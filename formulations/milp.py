@@ -1,5 +1,5 @@
 """The MILP backends' modelling calls and runs, shared by the MILP formulations
-(formulations/multiclass_milp.py):
+(formulations/multiclass_milp.py, formulations/dualpipe.py):
 CBC through PuLP (`new_model("cbc")`), SCIP or HiGHS through OR-Tools' linear solver wrapper.
 A model is built with int_var, real_var, add (named constraints), minimise, and solved by
 `run_model`, which returns the backend's status, objective and bound with the error of the bound
@@ -16,8 +16,12 @@ and allowable gaps 0 and cutoff increment CBC_CUTOFF_INCREMENT_S; it logs its ob
 eight decimals (CBC_OBJECTIVE_PRINT_ERROR_S) and a time-limited bound with three
 (CBC_BOUND_PRINT_ERROR_S). PuLP's bundled CBC 2.10.3, interrupted by a time limit of about a
 millisecond, reports "Pre-processing says infeasible" on feasible pp = 16 models, so a CBC
-"infeasible" under a limit below CBC_INFEASIBLE_RECHECK_S is confirmed by a second run with that
-limit (turning preprocessing off instead makes it crash on models with fixed variables).
+"infeasible" under a limit below CBC_INFEASIBLE_RECHECK_S is reported unproved ("timeout"):
+the run that would confirm it would outlast what is left of the limit (issue 35; turning
+preprocessing off instead makes it crash on models with fixed variables).
+
+Memory cuts. The formulations solve with relaxed memory rows and exclude, lazily, each solution
+that does not fit by the exact predicate (`solve_with_cuts`: one loop for all of them).
 OR-Tools' HiGHS wrapper reports no bound short of optimality (it copies the objective), so a
 time-limited HiGHS run has no bound.
 """
@@ -29,7 +33,9 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import warnings
+from dataclasses import dataclass
 
 from paraplan.formulations.result import SolverError
 
@@ -41,7 +47,7 @@ CBC_CUTOFF_INCREMENT_S = 1e-9  # CBC's default 1e-5 would prune splits up to 10 
 CBC_OBJECTIVE_PRINT_ERROR_S = 5e-9  # CBC logs "Objective value:" as %.8f
 CBC_BOUND_PRINT_ERROR_S = 5e-4  # ... and "Lower bound:" as %.3f
 CBC_REPEATABLE_THREADS = 100  # CBC's "threads 100+n": n threads, repeatable search
-CBC_INFEASIBLE_RECHECK_S = 1.0  # time limit of the run that confirms a CBC "infeasible"
+CBC_INFEASIBLE_RECHECK_S = 1.0  # the least limit under which a CBC "infeasible" is trusted
 BACKENDS = ("cbc", "scip", "highs")
 MPSOLVER_UNKNOWN_STATUS = 99  # HiGHS stopped by its limit without a solution (linear_solver.proto)
 
@@ -106,6 +112,56 @@ def new_model(backend: str):
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return _PulpModel() if backend == "cbc" else _LinearSolverModel(backend)
+
+
+@dataclass(frozen=True)
+class CutSolve:
+    """What `solve_with_cuts` ends with: the status ("optimal", "feasible", "infeasible",
+    "timeout"); the bound, less eps and the error of the bound as read, where "optimal" (inf
+    where "infeasible", else None); the tolerance 2 eps + that error; and, where a solution
+    fits, what `check` read of it."""
+
+    status: str
+    bound_s: float | None
+    tolerance_s: float
+    values: tuple = ()
+
+
+def solve_with_cuts(formulate, check, backend: str, deadline: float, what: str) -> CutSolve:
+    """Solve formulate(cuts) on `backend` until its solution fits, within `deadline`
+    (time.perf_counter()). formulate(cuts) -> (model, eps, ...): a new_model model holding the
+    cuts, and the error its tolerances can put in the objective (seconds; each formulation's
+    docstring derives it); check(that tuple) reads the solution: (values, new cuts), the new
+    cuts excluding what does not fit ([]: it fits). Each round solves again with every cut so
+    far; the relaxed rows hold every solution that fits, so the first one that fits is optimal
+    when its solve proved its optimum. A CBC "infeasible" under less than
+    CBC_INFEASIBLE_RECHECK_S left is unproved (module docstring): "timeout". `what` names the
+    model in errors."""
+    cuts: list = []
+    while True:
+        left = max(deadline - time.perf_counter(), 1e-3)
+        built = formulate(cuts)
+        status, _, bound, read_error = run_model(built[0], backend, left, 1, what)
+        tol = 2 * built[1] + read_error
+        if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
+            status = "timeout"
+        if status in ("infeasible", "timeout"):
+            return CutSolve(status, math.inf if status == "infeasible" else None, tol)
+        values, over = check(built)
+        if not over:
+            proved = status == "optimal" and bound is not None and math.isfinite(bound)
+            return CutSolve(status, bound - built[1] - read_error if proved else None, tol, values)
+        if time.perf_counter() >= deadline:
+            return CutSolve("timeout", None, tol)
+        cuts += over
+
+
+def int_value(api, x, backend: str, what: str) -> int:
+    """Variable x's value in the solution of `api`, rounded to an integer."""
+    v = api.value(x)
+    if v is None:
+        raise SolverError(f"backend {backend!r} gave no value for {x} in {what}")
+    return int(round(v))
 
 
 def run_model(api, backend: str, time_limit_s: float, threads: int = 1, what: str = "the model"):

@@ -35,8 +35,9 @@ Memory (formulations/quantize.py, Exact memory). The rows C3 carry capacity plus
 a relaxation even under the backends' tolerances; a solution is re-checked with cost.schedule's
 exact predicate, and each stage (n0, r0) that does not fit is excluded with what it implies
 (C3x: n_s <= n0 - 1 or r_s >= r0 + 1, one binary) and the model solved again, until the solution
-fits. The relaxation holds every split that fits, so the first solution that fits is optimal
-when the last solve proved its optimum, and the bound of any solve is valid.
+fits (formulations/milp.solve_with_cuts). The relaxation holds every split that fits, so the
+first solution that fits is optimal when the last solve proved its optimum, and the bound of
+any solve is valid.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ import time
 import numpy as np
 
 from paraplan.cost.schedule import first_stage_min_layers, slot_relief_bytes, stage_mem_bytes
-from paraplan.formulations.milp import (BACKENDS, CBC_INFEASIBLE_RECHECK_S, FEASIBILITY_TOL_S, INTEGRALITY_TOL,
-                                        MEM_MARGIN_MIB, MEM_UNIT_BYTES, new_model, run_model)
+from paraplan.formulations.milp import (BACKENDS, FEASIBILITY_TOL_S, INTEGRALITY_TOL, MEM_MARGIN_MIB,
+                                        MEM_UNIT_BYTES, int_value, new_model, solve_with_cuts)
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult, _done
 from paraplan.formulations.result import SolverError
 
@@ -65,43 +66,20 @@ def solve_multiclass_milp(p: MultiClassProblem, time_limit_s: float = 10.0,
         if (fixed * p.replicas[0] != p.total_micro_batches or fixed < p.min_micro_batches(0)
                 or fixed % p.micro_batch_step(0)):
             return _done(p, "infeasible", backend, start, math.inf, 0.0)
-    deadline = start + time_limit_s
-    cuts: list[tuple[int, int, int, int]] = []
-    while True:  # lazily exclude the candidates the relaxed memory rows let through (docstring)
-        left = max(deadline - time.perf_counter(), 1e-3)
-        api, bits, n, r, eps = _formulate(p, backend, cuts)
-        status, objective, bound, read_error = run_model(api, backend, left, 1, "a multi-class split")
-        tol = 2 * eps + read_error
-        if status == "infeasible" and backend == "cbc" and left < CBC_INFEASIBLE_RECHECK_S:
-            # a CBC "infeasible" under a limit this short can be wrong (formulations/milp.py); the
-            # run that would confirm it (CBC_INFEASIBLE_RECHECK_S) outlasts what is left of the
-            # limit, which it ran past before: unproved
-            return _done(p, "timeout", backend, start, None, tol)
-        if status == "infeasible":
-            return _done(p, "infeasible", backend, start, math.inf, tol)
-        if status == "timeout":
-            return _done(p, "timeout", backend, start, None, tol)
+    what = "a multi-class split"
 
-        def val(x) -> int:
-            v = api.value(x)
-            if v is None:
-                raise SolverError(f"backend {backend!r} gave no value for {x} in a {status} solution")
-            return int(round(v))
+    def check(built):
+        api, _, bits, n, r = built
+        mv = [p.min_micro_batches(k) + p.micro_batch_step(k)
+              * sum(2**j * int_value(api, b, backend, what) for j, b in enumerate(bits[k]))
+              if Kc > 1 else fixed for k in range(Kc)]
+        nv = [[int_value(api, x, backend, what) for x in row] for row in n]
+        rv = [[int_value(api, x, backend, what) for x in row] for row in r]
+        return (mv, nv, rv), _overfull(p, nv, rv)
 
-        nv = [[val(x) for x in row] for row in n]
-        rv = [[val(x) for x in row] for row in r]
-        over = _overfull(p, nv, rv)
-        if not over:
-            break
-        if time.perf_counter() >= deadline:
-            return _done(p, "timeout", backend, start, None, tol)
-        cuts.extend(over)
-    bound = bound if status == "optimal" else None
-    if bound is not None and math.isfinite(bound):
-        bound -= eps + read_error
-    mv = [p.min_micro_batches(k) + p.micro_batch_step(k) * sum(2**j * val(b) for j, b in enumerate(bits[k]))
-          if Kc > 1 else fixed for k in range(Kc)]
-    return _done(p, status, backend, start, bound, tol, mv, nv, rv)
+    got = solve_with_cuts(lambda cuts: _formulate(p, backend, cuts), check, backend,
+                          start + time_limit_s, what)
+    return _done(p, got.status, backend, start, got.bound_s, got.tolerance_s, *got.values)
 
 
 def _overfull(p: MultiClassProblem, n, r) -> list[tuple[int, int, int, int]]:
@@ -115,7 +93,7 @@ def _overfull(p: MultiClassProblem, n, r) -> list[tuple[int, int, int, int]]:
 
 
 def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, int, int]] = ()):
-    """The model of the module docstring on a new `backend` model: (model, bits, n, r, eps);
+    """The model of the module docstring on a new `backend` model: (model, eps, bits, n, r);
     `cuts` (class, stage, n0, r0): splits found not to fit, excluded with what they imply."""
     api = new_model(backend)
     Kc = p.classes
@@ -146,7 +124,7 @@ def _formulate(p: MultiClassProblem, backend: str, cuts: list[tuple[int, int, in
     bits_term = m_max * U_max * (2 + pp_max) if Kc > 1 else 0.0
     eps = w_sum * (INTEGRALITY_TOL * (bits_term + (m_max + pp_max) * tu_max + g_max)
                    + FEASIBILITY_TOL_S * (m_max + 3))
-    return api, bits, n, r, eps
+    return api, eps, bits, n, r
 
 
 def _class_rows(api, p: MultiClassProblem, k: int, cuts):

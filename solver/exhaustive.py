@@ -103,12 +103,6 @@ def _composition_blocks(layers: int, pp: int, v: int, block: int, slots: tuple[b
         yield v * np.diff(edges, axis=1) - off if any(slots) else v * np.diff(edges, axis=1)
 
 
-def _recompute_grid(n: np.ndarray) -> np.ndarray:
-    """All r with 0 <= r_s <= n_s, shape (prod(n_s+1), pp)."""
-    axes = [np.arange(int(k) + 1, dtype=float) for k in n]
-    return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(n))
-
-
 class _Progress:
     def __init__(self, total: int, enabled: bool):
         self.total, self.enabled, self.t0, self.last = total, enabled, time.perf_counter(), 0.0
@@ -145,8 +139,8 @@ class _Rows:
 
 
 def _rows_of(splits: np.ndarray, recompute, v: int = 1, slots: tuple[bool, bool] = (False, False)) -> _Rows:
-    """The rows of `splits`, each split's recompute counts in _recompute_grid's order (built
-    stage-major directly: np.indices is that grid, transposed); with a framework's pattern
+    """The rows of `splits`, each split's recompute counts r (0 <= r_s <= n_s) in lexicographic
+    order (built stage-major directly: np.indices' grid); with a framework's pattern
     (space.recompute_rows), one row per parameter value, in cost/recompute_patterns.options'
     order."""
     pp = splits.shape[1]

@@ -6,10 +6,12 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 
+from paraplan.cost import schedule
 from paraplan.cost.simulate import simulate
-from paraplan.solver.exhaustive import exhaustive
+from paraplan.solver.exhaustive import compositions, exhaustive
 from paraplan.solver import search
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
@@ -19,6 +21,23 @@ BACKENDS = ("dp", "cpsat", "milp")
 # jobs on two cores, 30 s of wall ran out on mixed-family seeds 10 and 191 (MILP status
 # feasible, a false failure)
 GUARD_LIMIT_S = 600.0
+
+
+def brute_optimum(c, allow_rc: bool) -> float | None:
+    """A configuration's optimum over every split its chunk rule allows (compositions, with the
+    embedding / loss slots its outer flags) and every recompute count 0 <= r_s <= n_s, from
+    cost/schedule alone; None where no split fits."""
+    best = None
+    slots = (c.outer.embedding_in_split, c.outer.loss_in_split)
+    for n in compositions(c.layers, c.pp, c.outer.virtual_stages, slots):
+        axes = [np.arange(int(k) + 1 if allow_rc else 1, dtype=float) for k in n]
+        r = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(n))
+        nn = np.broadcast_to(n, r.shape)
+        ok = schedule.fits(c, nn, r)
+        if ok.any():
+            t = float(schedule.iteration_time_s(c, nn[ok], r[ok]).min())
+            best = t if best is None else min(best, t)
+    return best
 
 
 @contextmanager

@@ -167,10 +167,10 @@ def plan_layer_split(sec: Section, layers: int, pp: int, v: int
     `embedding_in_split` / `loss_in_split` alone, every stage then holding as many layers with
     the embedding / loss counted as one (--account-for-embedding/loss-in-pipeline-split). Each
     stage's layers, with those counted, must fill its v model chunks equally."""
-    from paraplan.cost.pipeline_split import chunk_problem, megatron_split
+    from paraplan.cost.pipeline_split import chunk_problem
     embedding = sec.boolean("embedding_in_split", False)
     loss = sec.boolean("loss_in_split", False)
-    ends = {key: sec.integer(key) for key in ("first_stage_layers", "last_stage_layers") if sec.has(key)}
+    ends = {key: sec.integer(key) for key in SPLIT_KEYS[:2] if sec.has(key)}
     if (embedding or loss) and pp == 1:
         raise sec.error("embedding_in_split" if embedding else "loss_in_split",
                         "counts the embedding or loss as a pipeline layer, but pp = 1",
@@ -180,14 +180,10 @@ def plan_layer_split(sec: Section, layers: int, pp: int, v: int
         raise sec.error(next(iter(ends)), "given beside layers_per_stage, which already fixes"
                         " every stage's layers", f"remove {next(iter(ends))}, or layers_per_stage")
     if split is None and (ends or embedding or loss):
-        key = next(iter(ends)) if ends else "embedding_in_split" if embedding else "loss_in_split"
-        try:
-            split = megatron_split(layers, pp, v, first=ends.get("first_stage_layers"),
-                                   last=ends.get("last_stage_layers"), embedding=embedding, loss=loss)
-        except ConfigError as e:
-            raise sec.error(key, f"{e} (the model has {layers} layers, pp={pp}, virtual_stages={v})",
-                            "give counts Megatron-core can split (cost/pipeline_split.py), or the"
-                            " whole split as layers_per_stage") from None
+        stated = [*ends, *(k for k, on in zip(SPLIT_KEYS[2:], (embedding, loss)) if on)]
+        split, _, _ = stated_megatron_split(
+            sec, stated, layers, pp, v, f"(the model has {layers} layers, pp={pp}, virtual_stages={v})",
+            "give counts Megatron-core can split (cost/pipeline_split.py), or the whole split as layers_per_stage")
     if split is not None:
         problem = chunk_problem(split, v, embedding, loss)
         if problem:
@@ -195,6 +191,26 @@ def plan_layer_split(sec: Section, layers: int, pp: int, v: int
                             "give each stage a multiple of virtual_stages layers, counting the"
                             " embedding (stage 0) and loss (last stage) as one layer where"
                             " embedding_in_split / loss_in_split say so")
+    return split, embedding, loss
+
+
+# A split as Megatron-core is told it (cost/pipeline_split.py), in plan files and published rows:
+# --decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split
+SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split")
+
+
+def stated_megatron_split(sec: Section, stated: list[str], layers: int, pp: int, v: int, context: str,
+                          fix: str) -> tuple[tuple[int, ...], bool, bool]:
+    """(layers per stage, embedding_in_split, loss_in_split) as Megatron-core builds them from
+    the `stated` SPLIT_KEYS of `sec` (the others absent); where it refuses them, InstanceError
+    at the first stated key: the refusal, then `context` (the layers and degrees), and `fix`."""
+    ends = {k: sec.integer(k) for k in SPLIT_KEYS[:2] if k in stated}
+    embedding, loss = (k in stated and sec.boolean(k, False) for k in SPLIT_KEYS[2:])
+    try:
+        split = megatron_split(layers, pp, v, first=ends.get(SPLIT_KEYS[0]), last=ends.get(SPLIT_KEYS[1]),
+                               embedding=embedding, loss=loss)
+    except ConfigError as e:
+        raise sec.error(stated[0], f"{e} {context}", fix) from None
     return split, embedding, loss
 
 

@@ -228,21 +228,22 @@ def moe_note(d: Deviations, how: str) -> None:
 def dropless_moe(d: Deviations, why: str) -> None:
     """A target whose MoE layer routes every token (no capacity factor): a planned capacity
     factor is dropped, one deviation line (more expert work than planned on the busiest rank)."""
-    moe = d.inst.model.moe
-    if moe is not None and moe.capacity_factor is not None:
-        d.deviate(f"model.moe.capacity_factor {moe.capacity_factor}: {why}; emitted dropless"
-                  " routing (the busiest expert takes every token routed to it)")
-        d.set_model(moe=replace(moe, capacity_factor=None))
+    _drop_moe_field(d, "capacity_factor", why, "dropless routing (the busiest expert takes every"
+                    " token routed to it)")
 
 
 def unrestricted_routing(d: Deviations, why: str) -> None:
     """A target without node-limited routing: a planned model.moe.max_nodes_per_token is
     dropped, one deviation line."""
+    _drop_moe_field(d, "max_nodes_per_token", why, "unrestricted routing")
+
+
+def _drop_moe_field(d: Deviations, field: str, why: str, emitted: str) -> None:
+    """A planned model.moe `field` the target does not run, set to None with one deviation line."""
     moe = d.inst.model.moe
-    if moe is not None and moe.max_nodes_per_token is not None:
-        d.deviate(f"model.moe.max_nodes_per_token {moe.max_nodes_per_token}: {why}; emitted"
-                  " unrestricted routing")
-        d.set_model(moe=replace(moe, max_nodes_per_token=None))
+    if moe is not None and getattr(moe, field) is not None:
+        d.deviate(f"model.moe.{field} {getattr(moe, field)}: {why}; emitted {emitted}")
+        d.set_model(moe=replace(moe, **{field: None}))
 
 
 def refuse_dualpipe(inst: Instance, target: Framework) -> None:

@@ -11,16 +11,15 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
+from agreement_support import assert_backends_agree_with_exhaustive, brute_optimum, small_seeds
 from randinst import slot_instance
 from paraplan.cost.specs import Instance
-from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
 from paraplan.solver.bounds import one_class
 from paraplan.solver.bounds.batched import lower_bounds_s
 from paraplan.solver.bounds.memory import proved_infeasible
 from paraplan.solver.bounds.unpriced import floor_bounds_s
-from paraplan.solver.exhaustive import _recompute_grid, compositions, exhaustive
+from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import problems_for, scenario_weights
 from paraplan.solver.space import declared_outers, micro_batch_vectors, one_group_outers
 
@@ -61,20 +60,6 @@ def test_the_slot_instances_cover_optima_that_need_a_slot():
     assert used >= 10 and forced >= 5, (used, forced)
 
 
-def _brute_optimum(c, allow_rc: bool) -> float | None:
-    """The configuration's optimum over every split its chunk rule allows (compositions with
-    the slots) and every recompute count, from cost/schedule alone."""
-    best = None
-    for n in compositions(c.layers, c.pp, c.outer.virtual_stages, _slots(c.outer)):
-        r = _recompute_grid(n) if allow_rc else np.zeros((1, c.pp))
-        nn = np.broadcast_to(n, r.shape)
-        ok = schedule.fits(c, nn, r)
-        if ok.any():
-            t = float(schedule.iteration_time_s(c, nn[ok], r[ok]).min())
-            best = t if best is None else min(best, t)
-    return best
-
-
 @pytest.mark.parametrize("seed", FLAGGED_SEEDS)
 def test_bounds_of_slot_configurations_never_exceed_the_brute_force_optimum(seed):
     """solver/bounds/one_class.py reads a flagged configuration through slot_relaxation: both
@@ -83,7 +68,7 @@ def test_bounds_of_slot_configurations_never_exceed_the_brute_force_optimum(seed
     allow = inst.search.full_recompute
     for o in (o for o in one_group_outers(inst) if any(_slots(o))):
         c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
-        opt = _brute_optimum(c, allow)
+        opt = brute_optimum(c, allow)
         tight = one_class.tight_lower_bound_s(c, allow)
         assert tight >= one_class.lower_bound_s(c)
         if one_class.memory_infeasible(c):

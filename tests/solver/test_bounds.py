@@ -10,25 +10,12 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from paraplan.cost import schedule
 from paraplan.cost.coefficients import build
+from agreement_support import brute_optimum
 from randinst import random_instance
 from paraplan.solver.bounds import one_class
-from paraplan.solver.exhaustive import _recompute_grid, compositions
 from paraplan.solver.space import one_group_outers as outer_configs
 from paraplan.solver.space import one_group_plans_total
-
-
-def config_optimum(c, allow_rc: bool) -> float | None:
-    best = None
-    for n in compositions(c.layers, c.pp, c.outer.virtual_stages):
-        r = _recompute_grid(n) if allow_rc else np.zeros((1, c.pp))
-        nn = np.broadcast_to(n, r.shape)
-        ok = schedule.fits(c, nn, r)
-        if ok.any():
-            t = float(schedule.iteration_time_s(c, nn[ok], r[ok]).min())
-            best = t if best is None else min(best, t)
-    return best
 
 
 # the first 40 seeds from 2000 whose space holds at most 20,000 plans, the search stopped at the
@@ -43,7 +30,7 @@ def test_bounds_never_exceed_the_brute_force_optimum(seed):
     allow = inst.search.full_recompute
     for o in outer_configs(inst):
         c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
-        opt = config_optimum(c, allow)
+        opt = brute_optimum(c, allow)
         tight = one_class.tight_lower_bound_s(c, allow)
         assert tight >= one_class.lower_bound_s(c)
         if opt is None:
@@ -61,7 +48,7 @@ def test_tight_bound_is_tighter_where_memory_binds():
         allow = inst.search.full_recompute
         for o in outer_configs(inst):
             c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
-            opt = config_optimum(c, allow)
+            opt = brute_optimum(c, allow)
             if opt:
                 gaps_old.append(1 - one_class.lower_bound_s(c) / opt)
                 gaps_new.append(1 - one_class.tight_lower_bound_s(c, allow) / opt)

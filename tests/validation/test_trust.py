@@ -332,11 +332,10 @@ def test_memory_headroom_warning_when_fewer_than_three_rows_of_the_scale_fill_me
     from paraplan.cost import trust
     from paraplan.cost.readers.instance import load_instance
     inst = load_instance(TINY)
-    monkeypatch.setattr(trust, "peak_memory_fraction", lambda inst, plan: 0.95)
     rows = ((0.97, "r1"), (0.96, "r2"), (0.90, "r3"))
     monkeypatch.setattr(trust, "published_memory_fractions", lambda band: rows if band == "1-8" else ())
-    (line,) = trust.memory_headroom_warning(inst, plan=None)
+    (line,) = trust.memory_headroom_warning(inst, 0.95)
     assert line.startswith("peak memory 95.0% of HBM on 8 GPUs: 2 published rows at 1-8 GPUs fill memory as far;"
                            " the fullest 97.0% (r1)")
     rows = ((0.97, "r1"), (0.96, "r2"), (0.95, "r4"), (0.90, "r3"))
-    assert trust.memory_headroom_warning(inst, plan=None) == []
+    assert trust.memory_headroom_warning(inst, 0.95) == []
