@@ -131,6 +131,14 @@ FIRST_PLAN_ALLOWANCE_S = 0.5
 # report. Spaces bounded in less (every random instance, each in milliseconds) keep their own
 # bound under any limit; DeepSeek-V3 / 2,048 H800 takes ~1 s, Qwen3 235B ~0.8 s (2 cores).
 FLOOR_AT_LEAST_S = 0.25
+# Nodes listed after that deadline are late: their bound before pricing was not read, so they
+# stand keyed by 0 (or by their layout's or tp choice's key) in the heap. Where the search stops
+# at its limit, the late nodes at the heap's top are keyed (their bounds read now, in batches of
+# PARTIAL_OUTERS_AT_ONCE configurations) for at most this long past it, so that the bound it
+# reports is theirs, not 0 (issue 33: 32 A100 + 32 H100 with partitions reported 0 after 60 s
+# where its last listing crossed the deadline). A space of which most is late (MoE models listed
+# whole under a tiny limit) keeps 0: its least key is not raised before all of them are keyed.
+LATE_KEYS_S = 0.1
 # outers whose layer-plan combinations are set up at a time (each takes a few builds)
 PLANS_CHUNK = 64
 # Largest split (stages x chunks) handed to the exact split DP (formulations/split_dp.py). Its
@@ -267,6 +275,7 @@ class _Pipeline:
     pipeline: object  # asymmetric_search.Pipeline
     key: tuple[float, float, int]
     weight = 1
+    late = False  # (_Unpriced.late)
 
     @property
     def rank(self) -> tuple[float, int, int]:
@@ -277,6 +286,7 @@ class _Pipeline:
 class _Candidate:
     """A configuration waiting in the search's queue, ordered by its lower bound."""
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
+    late = False  # (_Unpriced.late)
 
     outer: ClassOuter
     problem: MultiClassProblem
@@ -886,10 +896,17 @@ class _Partials:
             out.families = (stage_families(inst, [d for d in deferred if d not in mine])
                             + option_families.option_families(inst, mine))
             out.ob = option_families.OptionBounds(out.fb)
-            out.family_bounds = [0.0 if time.perf_counter() > deadline else
-                                 (out.ob.family_bound(f) if isinstance(f, option_families.OptionFamily)
-                                  else out.fb.family_bound(f)) * (1 - FAMILY_MARGIN) for f in out.families]
+            out.family_bounds = [0.0 if time.perf_counter() > deadline else out.family_key(f)
+                                 for f in range(len(out.families))]
         return out
+
+    def family_key(self, f: int) -> float:
+        """Family f's key: its bound (solver/bounds/stage_families.py, option_families.py)
+        lowered by FAMILY_MARGIN."""
+        from paraplan.solver import option_families  # loaded by `of`, which set the families up
+        fam = self.families[f]
+        return (self.ob.family_bound(fam) if isinstance(fam, option_families.OptionFamily)
+                else self.fb.family_bound(fam)) * (1 - FAMILY_MARGIN)
 
     def open_family(self, f: int, can_win) -> list["_Choice"]:
         """Family f's tp choices or class layouts whose bound can still win (`can_win(bound)`),
@@ -971,6 +988,7 @@ class _Partial:
     index: int
     key: tuple[float, int, int]
     weight: int  # outer configurations it stands for
+    late = False  # (_Unpriced.late)
 
 
 @dataclass
@@ -983,6 +1001,7 @@ class _Choice:
     index: int
     key: tuple[float, int, int]
     weight: int = 0
+    late = False  # (_Unpriced.late)
 
 
 # tp choices or class layouts set up at once (the heap's next, while they can win): one call of
@@ -999,6 +1018,7 @@ class _Family:
     index: int
     key: tuple[float, int, int]
     weight: int = 0
+    late: bool = False  # not bounded by the floors' deadline: keyed 0 (_Search._key_late)
 
 
 def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int, pipelines: int) -> None:
@@ -1053,6 +1073,7 @@ class _Search:
         self.floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
         self.placements: dict = {}  # shared by the configurations (problem_for)
         self.partitions = partitions_enabled(inst)
+        self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         # outers whose layer-plan combinations are not yet set up
         self.groups_of_plans: list[_Unpriced] = self._plan_groups() if self.partitions else []
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
@@ -1065,7 +1086,6 @@ class _Search:
         # listing them: counted pruned by bound, and listed with their layouts (_count_set_up)
         self.unlisted = 0
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
-        self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
         # the layer plans' least syncs (bounds/plan_sync.py, under keys of its own), shared with the
         # stage-wise layouts' syncs (layouts._least_syncs), which read the same
@@ -1089,12 +1109,11 @@ class _Search:
         a bound of all of an outer's combinations read before pricing, in chunks of PLANS_CHUNK."""
         from paraplan.solver import class_partitions  # a search over layer plans only (issue 33, start-up)
         inst, outers = self.inst, self.outers
-        plan_floor = floor_bounds_s(inst, outers, self.idx, self.agg, self.weights, self.uniform, layer_plans=True,
-                                    deadline=self.floor_by)
-        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        plan_floor = self._floors(range(len(outers)), layer_plans=True)
         by_floor = np.argsort(plan_floor, kind="stable")
         return [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
-                          sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js))
+                          sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js),
+                          late=bool(plan_floor[js[0]] == 0.0))
                 for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(outers), PLANS_CHUNK))]
 
     def set_up(self, warm_plan: Plan | None) -> None:
@@ -1154,15 +1173,16 @@ class _Search:
         instead, listed as the search reaches them (list_partials)."""
         lazy = self.lazy
         if lazy is None:
-            self.floor = floor_bounds_s(self.inst, self.outers, self.idx, self.agg, self.weights, self.uniform,
-                                        deadline=self.floor_by)
+            self.floor = self._floors(range(len(self.outers)))
             by_floor = np.argsort(self.floor, kind="stable")
-            return [_Unpriced(js, (float(self.floor[js[0]]), -1, -1))
+            return [_Unpriced(js, (float(self.floor[js[0]]), -1, -1), late=bool(self.floor[js[0]] == 0.0))
                     for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
         self.floor = []
         nodes = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
                  for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
-        nodes += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
+        # a family keyed 0 was not bounded by the floors' deadline (_Partials.of): late
+        nodes += [_Family(f, (lb, -1, -1), late=lb == 0.0) for f, lb in enumerate(lazy.family_bounds)
+                  if math.isfinite(lb)]
         return nodes
 
     def _pipelines(self) -> list[_Pipeline]:
@@ -1185,6 +1205,45 @@ class _Search:
         return [_Pipeline(p, (p.bound_s, math.inf, i)) for i, p in enumerate(got)]
 
     # -- shared steps -------------------------------------------------------------------------
+
+    def _floors(self, js, layer_plans: bool = False, deadline: float | None = None) -> np.ndarray:
+        """The bounds before pricing of outers `js` (unpriced.floor_bounds_s; with `layer_plans`,
+        of all of each one's layer-plan combinations, lowered by FLOAT_SAFETY: at most the
+        combinations' own bounds, class_partitions); those not reached by `deadline` (the floors'
+        own by default) are 0, and their nodes late."""
+        lb = floor_bounds_s(self.inst, [self.outers[j] for j in js], self.idx, self.agg, self.weights, self.uniform,
+                            layer_plans=layer_plans, deadline=self.floor_by if deadline is None else deadline,
+                            memo=self.floor_memo)
+        return lb * (1 - one_class.FLOAT_SAFETY) if layer_plans else lb
+
+    def _key_late(self) -> None:
+        """Where the search stops: the late nodes at the heap's top keyed, a batch at a time (as
+        a listing would have keyed them), for at most LATE_KEYS_S, until the top is keyed: the
+        least key, which bounds what is left open, is then a bound read, not 0 (issue 33)."""
+        until = time.perf_counter() + LATE_KEYS_S
+        while self.heap and self.heap[0][2].late and time.perf_counter() < until:
+            batch, n = [], 0
+            while self.heap and self.heap[0][2].late and n < PARTIAL_OUTERS_AT_ONCE:
+                batch.append(heapq.heappop(self.heap)[2])
+                n += len(batch[-1].outers) if isinstance(batch[-1], _Unpriced) else 1
+            self._push(self._keyed(batch, until))
+
+    def _keyed(self, nodes: list, until: float) -> list:
+        """Late nodes `nodes` with their keys read: each unpriced node's the least of its
+        outers' bounds before pricing, at least its key so far (the layout's or tp choice's it
+        was raised to when listed), each family's its bound; a node of an outer not reached by
+        `until` stays late."""
+        for plans in (False, True):
+            us = [x for x in nodes if isinstance(x, _Unpriced) and (x.layer_plans is not None) is plans]
+            js = [j for x in us for j in x.outers]
+            floors = dict(zip(js, self._floors(js, plans, until).tolist())) if js else {}
+            for x in us:
+                lb = min(floors[j] for j in x.outers)
+                x.key, x.late = (max(x.key[0], lb), -1, -1), lb == 0.0
+        for x in nodes:
+            if isinstance(x, _Family) and time.perf_counter() < until:
+                x.key, x.late = (self.lazy.family_key(x.index), -1, -1), False
+        return nodes
 
     def can_win(self, key, lb: float | None = None) -> bool:
         """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
@@ -1265,12 +1324,13 @@ class _Search:
         if remaining <= 0 and not self._first_plan_pending(cand, now):
             self.flush()
             self._release_options()  # left open as the rest
+            heapq.heappush(self.heap, (key, next(self.order), cand))
+            self._key_late()
             self.open_bounds.extend(k[0] for k, _, _ in self.heap)
-            self.open_bounds.append(key[0])
-            self.res.unresolved += self._heap_weight() + cand.weight
+            self.res.unresolved += self._heap_weight()
             # a family not set up stands for configurations not counted (weight 0): left open,
             # it still leaves the space unproved
-            self.families_open = any(isinstance(x, (_Family, _Choice)) for x in [cand, *(n for _, _, n in self.heap)])
+            self.families_open = any(isinstance(x, (_Family, _Choice)) for _, _, x in self.heap)
             return None
         return remaining
 
@@ -1443,8 +1503,8 @@ class _Search:
         # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
         # its pipeline's slowest stage and sum read together, at most its value lowered by
         # fill_drain.TIE_MARGIN, so a plan that ties the incumbent is still priced)
-        floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
-                                deadline=self.floor_by, memo=lazy.memo)
+        floors = self._floors(range(start, len(outers)))
+        late = (floors == 0.0).tolist()  # not reached by the floors' deadline
         self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
         order = []
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
@@ -1457,7 +1517,7 @@ class _Search:
         early = self._early(order) if self.partitions else []
         for j in order:
             if j not in self.early:
-                node = _Unpriced([j], (float(self.floor[j]), -1, -1))
+                node = _Unpriced([j], (float(self.floor[j]), -1, -1), late=late[j - start])
                 heapq.heappush(self.heap, (node.key, next(self.order), node))
         if self.partitions:
             self._push(self._plan_nodes(js, carried))
@@ -1491,20 +1551,17 @@ class _Search:
             new = kept
         self._push(new)
 
-    def _plan_nodes(self, js: list[int], carried: list[float] | None = None) -> list[_Unpriced]:
+    def _plan_nodes(self, js: list[int], carried: list[float]) -> list[_Unpriced]:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
         them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), raised to
         `carried` (per outer, its tp choice's key, _Partials.carried), expanded
         (_push_layer_plans) only when it comes up and can still win."""
         from paraplan.solver import class_partitions  # a search over layer plans only
-        outers = [self.outers[j] for j in js]
-        plan_floor = floor_bounds_s(self.inst, outers, self.idx, self.agg, self.weights, self.uniform,
-                                    layer_plans=True, deadline=self.floor_by, memo=self.floor_memo)
-        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
-        if carried is not None:
-            plan_floor = np.maximum(plan_floor, carried)
-        counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
-        return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
+        floors = self._floors(js, layer_plans=True)
+        keys = np.maximum(floors, carried).tolist()
+        counts = [class_partitions.partition_count(self.inst, self.outers[j]) - 1 for j in js]
+        return [_Unpriced([j], (lb, -1, -1), n, late=f == 0.0)
+                for j, n, lb, f in zip(js, counts, keys, floors.tolist()) if n]
 
     def _sync_keyed(self, cand: _Unpriced) -> bool:
         """Whether the least sync of the layer plans (solver/bounds/plan_sync.py) raises the key
@@ -1831,6 +1888,9 @@ class _Unpriced:
     # combinations beyond all-Megatron, which the chunk stands for (_LayerPlans)
     layer_plans: int | None = None
     synced: bool = False  # its key raised by its layer plans' least sync (_sync_keyed)
+    # some outer's bound not read by the floors' deadline (FLOOR_AT_LEAST_S): keyed by 0, or by
+    # its layout's or tp choice's key, until the search keys it where it stops (_Search._key_late)
+    late: bool = False
 
     @property
     def weight(self) -> int:  # candidates it stands for
@@ -1849,6 +1909,7 @@ class _LayerPlans:
     objective: str
     uniform: bool
     node: class_partitions.Subset | None = None  # None: every combination, not yet listed
+    late = False  # (_Unpriced.late)
 
     @property
     def weight(self) -> int:  # combinations it stands for
