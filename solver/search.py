@@ -1354,7 +1354,7 @@ class _Search:
         if remaining <= 0 and not self._first_plan_pending(cand, now):
             self.flush()
             self._release_options()  # left open as the rest
-            heapq.heappush(self.heap, (key, next(self.order), cand))
+            self._push([cand])
             self._key_late()
             self.open_bounds.extend(k[0] for k, _, _ in self.heap)
             self.res.unresolved += self._heap_weight()
@@ -1367,14 +1367,15 @@ class _Search:
     def _first_plan_pending(self, cand, now: float) -> bool:
         """Without an incumbent, pricing goes on past the limit (or past the setup, where that
         took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)."""
-        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _PlanNode, _Partial, _Family, _Choice, _Pipeline))
-                and now < self.first_plan_by)
+        return not self.won.in_hand and not isinstance(cand, (_Candidate, _LayerPlans)) and now < self.first_plan_by
 
     def _visit(self, key, cand, remaining: float) -> None:
         """One node's step, by its kind."""
         if isinstance(cand, _Pipeline):
             self._solve_pipeline(cand)
-        elif isinstance(cand, (_Partial, _Family, _Choice)):
+        elif isinstance(cand, (_Family, _Choice)):
+            self._push(self._open_family(cand))
+        elif isinstance(cand, _Partial):
             self.list_partials(cand)
         elif isinstance(cand, _PlanNode):
             self._push_layer_plans(cand)
@@ -1383,8 +1384,7 @@ class _Search:
         elif isinstance(cand, _LayerPlans):
             new, kids = cand.expand(self.won.bar()[0], self.res, self.t0 + self.time_limit_s)
             self.probe(new)
-            self._push(new)
-            self._push(kids)
+            self._push(new + kids)
         elif self.uniform:
             self._settle_uniform(cand)
         else:
@@ -1405,18 +1405,14 @@ class _Search:
             lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
                               self.res)
             if lp is not None:
-                heapq.heappush(self.heap, (lp.key, next(self.order), lp))
+                self._push([lp])
 
     # -- listing partial layouts (lazy) ------------------------------------------------------
 
-    def list_partials(self, first: _Partial | _Family | _Choice) -> None:
+    def list_partials(self, first: _Partial) -> None:
         """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
         configurations or a little more, while they can still win), bound their outers before
-        pricing and push each, keyed by that bound (gather prices them in chunks); a stage or
-        replica family is set up instead, its partial layouts that can still win pushed."""
-        if isinstance(first, (_Family, _Choice)):
-            self._push(self._open_family(first))
-            return
+        pricing and push each, keyed by that bound (gather prices them in chunks)."""
         got, n = [first], first.weight
         while (self.heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(self.heap[0][2], _Partial)
                and self.can_win(self.heap[0][0])):
@@ -1493,7 +1489,7 @@ class _Search:
         # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
         # its pipeline's slowest stage and sum read together, at most its value lowered by
         # fill_drain.TIE_MARGIN, so a plan that ties the incumbent is still priced)
-        floors = self._floors(range(start, len(outers)))
+        floors = self._floors(js)
         late = (floors == 0.0).tolist()  # not reached by the floors' deadline
         self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
         order = []
