@@ -263,8 +263,18 @@ def _found_plan(found) -> Plan:
     return found.plan if isinstance(found, _PipelinePlan) else _plan_of(*found)
 
 
+class _Node:
+    """A node of the search's heap, a bound object: its `key` orders it (best first) and prunes
+    it (_Search.can_win), `weight` counts the candidates it stands for, and a kind whose bound
+    is read again as it comes up does so by its own `tighten`. `late`: its key is not read yet
+    (listed after the floors' deadline: _Unpriced.late), until the search keys it where it
+    stops (_Search._key_late)."""
+
+    late = False
+
+
 @dataclass
-class _Pipeline:
+class _Pipeline(_Node):
     """An asymmetric pipeline (search.asymmetric_pipelines), priced and bounded
     (solver/asymmetric_search.priced), its split searched when it comes up and can still win.
     Its heap key (bound, inf, listing index) pops it after the configurations of an equal bound;
@@ -275,7 +285,6 @@ class _Pipeline:
     pipeline: object  # asymmetric_search.Pipeline
     key: tuple[float, float, int]
     weight = 1
-    late = False  # (_Unpriced.late)
 
     @property
     def rank(self) -> tuple[float, int, int]:
@@ -283,10 +292,9 @@ class _Pipeline:
 
 
 @dataclass
-class _Candidate:
+class _Candidate(_Node):
     """A configuration waiting in the search's queue, ordered by its lower bound."""
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
-    late = False  # (_Unpriced.late)
 
     outer: ClassOuter
     problem: MultiClassProblem
@@ -977,7 +985,7 @@ class _Partials:
 
 
 @dataclass
-class _Partial:
+class _Partial(_Node):
     """A partial layout not yet listed, keyed by its bound (_Partials), which is at most every one
     of its configurations' bound before pricing, so at most their keys; or, where a stage-wise
     layout's bound reads its pipeline's slowest stage and sum together (solver/bounds/
@@ -988,7 +996,6 @@ class _Partial:
     index: int
     key: tuple[float, int, int]
     weight: int  # outer configurations it stands for
-    late = False  # (_Unpriced.late)
 
     @staticmethod
     def tighten(s: _Search, got: list[_Partial]) -> list[float]:
@@ -1022,7 +1029,7 @@ class _Partial:
 
 
 @dataclass
-class _Choice:
+class _Choice(_Node):
     """A tp choice (stage family) or class layout (replica family) of an opened family, not
     yet set up, keyed by its own bound (solver/bounds/stage_families.py), at most its partial
     layout's."""
@@ -1031,7 +1038,6 @@ class _Choice:
     index: int
     key: tuple[float, int, int]
     weight: int = 0
-    late = False  # (_Unpriced.late)
 
 
 # tp choices or class layouts set up at once (the heap's next, while they can win): one call of
@@ -1040,7 +1046,7 @@ CHOICES_AT_ONCE = 32
 
 
 @dataclass
-class _Family:
+class _Family(_Node):
     """A stage family not yet set up (_Partials.open_family), keyed by its bound, which is at
     most every one of its partial layouts' bound (solver/bounds/stage_families.py); its
     configurations are not counted before it is set up."""
@@ -1108,8 +1114,6 @@ class _Search:
         self.placements: dict = {}  # shared by the configurations (problem_for)
         self.partitions = partitions_enabled(inst)
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
-        # outers whose layer-plan combinations are not yet set up
-        self.groups_of_plans: list[_PlanNode] = self._plan_groups() if self.partitions else []
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
         # of the outers listed from layouts that read their syncs (_Partial.tighten), the bound of
         # their block's configurations of their ZeRO stage and v: at most the outer's value
@@ -1148,6 +1152,7 @@ class _Search:
 
     def set_up(self, warm_plan: Plan | None) -> None:
         """The running plan as a first incumbent (replanning), then the heap's first nodes."""
+        plan_groups = self._plan_groups() if self.partitions else []
         warm_outer = warm_plan.outer if warm_plan is not None and not dualpipe_job(self.inst) else None
         if (warm_outer is not None and warm_outer in self.outers
                 and not any(k.partitions for k in warm_plan.classes)):
@@ -1157,7 +1162,7 @@ class _Search:
                             f" setup {time.perf_counter() - self.t0:.2f} s")
         # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
         # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
-        self.heap = [(c.key, next(self.order), c) for c in unpriced + self.groups_of_plans]
+        self.heap = [(c.key, next(self.order), c) for c in unpriced + plan_groups]
         self._hold_options()
         heapq.heapify(self.heap)
 
@@ -1840,7 +1845,7 @@ def _growing_chunks(order: list[int], first: int, most: int) -> list[list[int]]:
 
 
 @dataclass
-class _Unpriced:
+class _Unpriced(_Node):
     """Outer configurations (indices) not yet priced, keyed by the least of their bounds before
     pricing (solver/bounds/unpriced.py), which is at most each one's key once priced: index -1
     pops the chunk before any candidate of an equal bound. Its bound is tightened per outer as
@@ -1859,7 +1864,7 @@ class _Unpriced:
 
 
 @dataclass
-class _PlanNode:
+class _PlanNode(_Node):
     """Outers' (one, or a chunk of the full listing's) layer-plan combinations beyond
     all-Megatron, not yet set up: keyed by a bound of all of them read before pricing
     (unpriced.floor_bounds_s with layer_plans), expanded into one _LayerPlans per outer only
@@ -1869,7 +1874,7 @@ class _PlanNode:
     key: tuple[float, int, int]
     weight: int  # the combinations it stands for
     synced: bool = False  # its key raised by its least sync (tighten)
-    late: bool = False  # (_Unpriced.late)
+    late: bool = False
 
     def tighten(self, s: _Search) -> list[float]:
         """Its outers' keys raised by their least sync under any layer plan
@@ -1879,7 +1884,7 @@ class _PlanNode:
 
 
 @dataclass
-class _LayerPlans:
+class _LayerPlans(_Node):
     """An outer configuration's combinations of layer plans beyond all-Megatron, not yet
     listed: keyed by their optimistic bound (solver/class_partitions.py, step 1), which is at
     most every combination's key (bound, i, j >= 1)."""
@@ -1890,7 +1895,6 @@ class _LayerPlans:
     objective: str
     uniform: bool
     node: class_partitions.Subset | None = None  # None: every combination, not yet listed
-    late = False  # (_Unpriced.late)
 
     @property
     def weight(self) -> int:  # combinations it stands for
