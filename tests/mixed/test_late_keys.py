@@ -40,8 +40,10 @@ def test_a_search_stopped_past_the_floors_deadline_reports_a_bound_read(case, mo
     assert normal.status == "optimal"
     assert normal.quantile_s == pytest.approx(ex.quantile_s, abs=normal.tolerance_s + 1e-12)
     monkeypatch.setattr(search_mod, "FLOOR_AT_LEAST_S", 0.0)
-    # the keying's allowance is wall time: widened, so that a loaded machine does not cut it short
+    # the keying's and the first plan's allowances are wall time: widened, so that a loaded
+    # machine does not cut them short
     monkeypatch.setattr(search_mod, "LATE_KEYS_S", 30.0)
+    monkeypatch.setattr(search_mod, "FIRST_PLAN_ALLOWANCE_S", 30.0)
     late = search(inst, time_limit_s=0.0)
     assert late.status == "feasible" and late.unresolved > 0  # stopped with nodes left open
     assert 0.0 < late.bound_s <= ex.quantile_s * (1 + 1e-9) + late.tolerance_s
