@@ -1518,7 +1518,8 @@ class _Search:
         self._push(_Unpriced([j], (float(self.floor[j]), -1, -1), late=late[j - start]) for j in order if j not in dive)
         if self.partitions:
             self._push(self._plan_nodes(js, carried))
-            self._price_and_probe(dive)
+            if dive:
+                self._price_and_probe(dive)
 
     def _plan_nodes(self, js: list[int], carried: list[float]) -> list[_PlanNode]:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
