@@ -111,7 +111,7 @@ OBJECTIVES = ("nominal", "robust", "expected")
 # exact solves start; beyond these, each exact solve is its own incumbent.
 INCUMBENT_PROBES = 64
 # with layer plans, the all-Megatron configurations of least bound priced at once as their
-# layouts are listed, for an incumbent (_Search._dive)
+# layouts are listed, for an incumbent (the dive, _Search._list_layouts)
 DIVE_OUTERS = 8
 # configurations priced at a time (in the order of their bound before pricing): large enough
 # that the pricing loop runs alone, small enough not to price many that cannot win. The chunks
@@ -131,6 +131,14 @@ FIRST_PLAN_ALLOWANCE_S = 0.5
 # report. Spaces bounded in less (every random instance, each in milliseconds) keep their own
 # bound under any limit; DeepSeek-V3 / 2,048 H800 takes ~1 s, Qwen3 235B ~0.8 s (2 cores).
 FLOOR_AT_LEAST_S = 0.25
+# Nodes listed after that deadline are late: their bound before pricing was not read, so they
+# stand keyed by 0 (or by their layout's or tp choice's key) in the heap. Where the search stops
+# at its limit, the late nodes at the heap's top are keyed (their bounds read now, in batches of
+# PARTIAL_OUTERS_AT_ONCE configurations) for at most this long past it, so that the bound it
+# reports is theirs, not 0 (issue 33: 32 A100 + 32 H100 with partitions reported 0 after 60 s
+# where its last listing crossed the deadline). A space of which most is late (MoE models listed
+# whole under a tiny limit) keeps 0: its least key is not raised before all of them are keyed.
+LATE_KEYS_S = 0.1
 # outers whose layer-plan combinations are set up at a time (each takes a few builds)
 PLANS_CHUNK = 64
 # Largest split (stages x chunks) handed to the exact split DP (formulations/split_dp.py). Its
@@ -255,8 +263,18 @@ def _found_plan(found) -> Plan:
     return found.plan if isinstance(found, _PipelinePlan) else _plan_of(*found)
 
 
+class _Node:
+    """A node of the search's heap, a bound object: its `key` orders it (best first) and prunes
+    it (_Search.can_win), `weight` counts the candidates it stands for, and a kind whose bound
+    is read again as it comes up does so by its own `tighten`. `late`: its key is not read yet
+    (listed after the floors' deadline: _Unpriced.late), until the search keys it where it
+    stops (_Search._key_late)."""
+
+    late = False
+
+
 @dataclass
-class _Pipeline:
+class _Pipeline(_Node):
     """An asymmetric pipeline (search.asymmetric_pipelines), priced and bounded
     (solver/asymmetric_search.priced), its split searched when it comes up and can still win.
     Its heap key (bound, inf, listing index) pops it after the configurations of an equal bound;
@@ -274,7 +292,7 @@ class _Pipeline:
 
 
 @dataclass
-class _Candidate:
+class _Candidate(_Node):
     """A configuration waiting in the search's queue, ordered by its lower bound."""
     weight = 1  # plans-level candidates it stands for (see _LayerPlans)
 
@@ -886,10 +904,17 @@ class _Partials:
             out.families = (stage_families(inst, [d for d in deferred if d not in mine])
                             + option_families.option_families(inst, mine))
             out.ob = option_families.OptionBounds(out.fb)
-            out.family_bounds = [0.0 if time.perf_counter() > deadline else
-                                 (out.ob.family_bound(f) if isinstance(f, option_families.OptionFamily)
-                                  else out.fb.family_bound(f)) * (1 - FAMILY_MARGIN) for f in out.families]
+            out.family_bounds = [0.0 if time.perf_counter() > deadline else out.family_key(f)
+                                 for f in range(len(out.families))]
         return out
+
+    def family_key(self, f: int) -> float:
+        """Family f's key: its bound (solver/bounds/stage_families.py, option_families.py)
+        lowered by FAMILY_MARGIN."""
+        from paraplan.solver import option_families  # loaded by `of`, which set the families up
+        fam = self.families[f]
+        return (self.ob.family_bound(fam) if isinstance(fam, option_families.OptionFamily)
+                else self.fb.family_bound(fam)) * (1 - FAMILY_MARGIN)
 
     def open_family(self, f: int, can_win) -> list["_Choice"]:
         """Family f's tp choices or class layouts whose bound can still win (`can_win(bound)`),
@@ -960,21 +985,51 @@ class _Partials:
 
 
 @dataclass
-class _Partial:
+class _Partial(_Node):
     """A partial layout not yet listed, keyed by its bound (_Partials), which is at most every one
     of its configurations' bound before pricing, so at most their keys; or, where a stage-wise
     layout's bound reads its pipeline's slowest stage and sum together (solver/bounds/
     fill_drain.py), at most their values, lowered by fill_drain.TIE_MARGIN (1e-6): a layout
     holding a plan that ties the incumbent is still listed, and each plan keeps its own key.
-    A stage-wise layout's key reads no sync; popped, it may read them (_Search._read_syncs)."""
+    A stage-wise layout's key reads no sync; popped, it may read them (tighten)."""
 
     index: int
     key: tuple[float, int, int]
     weight: int  # outer configurations it stands for
 
+    @staticmethod
+    def tighten(s: _Search, got: list[_Partial]) -> list[float]:
+        """The bounds of partial layouts `got` read with their syncs as they are popped,
+        lowered by PARTIAL_MARGIN as their keys are (-inf where none is read). A stage-wise
+        layout through several groups reads its own (_Partials.read_syncs, per ZeRO stage and
+        v: a bound of every configuration's value lowered by fill_drain.TIE_MARGIN); listed,
+        each of its configurations is left unpriced where its block's bound for its ZeRO stage
+        and v cannot win (sync_bound, _Search._price_chunk). Keyed by them, the layout holding
+        the optimum of 2 GPU types x 4 nodes was priced after 4 others that were then solved
+        exactly, for want of that incumbent (0.24 -> 0.5 s of CPU), so the keys stay those read
+        without syncs. Through one group that bound reads no fill-drain term
+        (layouts._slot_terms) and is at most the bound that reads memory (unpriced_memory: tau*,
+        sigma*, delta* of the same floors and syncs, with memory), which each of its
+        configurations gets before it is priced: not read there (GPT-3 175B on 1,024 A100 would
+        read 42 layouts, 0.3 s of the search's 0.9 s of CPU; issue 33). With per-operator
+        partitions those syncs are the least over Megatron's layer and every layer plan, and a
+        layout of another family (one class layout) reads its configurations' least sync with
+        layer plans (plan_sync.raised_partial_bounds: a bound of every combination's value)."""
+        lazy = s.lazy
+        read = {}
+        others = [p.index for p in got if lazy.partials[p.index].dp is None] if s.partitions else []
+        if others:
+            read.update(zip(others, plan_sync.raised_partial_bounds(
+                s.inst, [lazy.partials[i] for i in others], [lazy.bounds[i] for i in others], s.idx, s.agg,
+                s.weights, s.sync_memo).tolist()))
+        fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
+        if fresh:
+            read.update(zip(fresh, lazy.read_syncs(s.inst, fresh)))
+        return [read.get(p.index, -math.inf) * (1 - PARTIAL_MARGIN) for p in got]
+
 
 @dataclass
-class _Choice:
+class _Choice(_Node):
     """A tp choice (stage family) or class layout (replica family) of an opened family, not
     yet set up, keyed by its own bound (solver/bounds/stage_families.py), at most its partial
     layout's."""
@@ -991,7 +1046,7 @@ CHOICES_AT_ONCE = 32
 
 
 @dataclass
-class _Family:
+class _Family(_Node):
     """A stage family not yet set up (_Partials.open_family), keyed by its bound, which is at
     most every one of its partial layouts' bound (solver/bounds/stage_families.py); its
     configurations are not counted before it is set up."""
@@ -999,6 +1054,11 @@ class _Family:
     index: int
     key: tuple[float, int, int]
     weight: int = 0
+    late: bool = False  # not bounded by the floors' deadline: keyed 0 (_Search._key_late)
+
+    def tighten(self, s: _Search) -> float:
+        """Its key, read now (where it was late)."""
+        return s.lazy.family_key(self.index)
 
 
 def _count_set_up(res: SolveResult, lazy: _Partials, listed: int, partials_listed: int, pipelines: int) -> None:
@@ -1053,10 +1113,9 @@ class _Search:
         self.floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
         self.placements: dict = {}  # shared by the configurations (problem_for)
         self.partitions = partitions_enabled(inst)
-        # outers whose layer-plan combinations are not yet set up
-        self.groups_of_plans: list[_Unpriced] = self._plan_groups() if self.partitions else []
+        self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
-        # of the outers listed from layouts that read their syncs (_read_syncs), the bound of
+        # of the outers listed from layouts that read their syncs (_Partial.tighten), the bound of
         # their block's configurations of their ZeRO stage and v: at most the outer's value
         # lowered by fill_drain.TIE_MARGIN, read only to prune (_price_chunk), not as a key
         self.sync_bound: dict[int, float] = {}
@@ -1065,7 +1124,6 @@ class _Search:
         # listing them: counted pruned by bound, and listed with their layouts (_count_set_up)
         self.unlisted = 0
         self.chunk_size = FIRST_PRICE_CHUNK  # gather's, growing to PRICE_CHUNK
-        self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.layer_memo = lazy.layer_memo if lazy is not None else {}  # the layers' terms (unpriced_memory)
         # the layer plans' least syncs (bounds/plan_sync.py, under keys of its own), shared with the
         # stage-wise layouts' syncs (layouts._least_syncs), which read the same
@@ -1080,25 +1138,21 @@ class _Search:
         self.first_plan_by = 0.0  # set as the search starts (run)
         self.pipelines = 0  # asymmetric pipelines listed (_pipelines)
         self.lone_before: dict = {}  # per twins.twin_key, its one-class configuration's bound (_twins_may_win)
-        self.early: set[int] = set()  # outers priced by _dive ahead of their chunks
 
     # -- setting up ---------------------------------------------------------------------------
 
-    def _plan_groups(self) -> list[_Unpriced]:
+    def _plan_groups(self) -> list[_PlanNode]:
         """Layer plans per class and group (solver/class_partitions.py), set up in the order of
         a bound of all of an outer's combinations read before pricing, in chunks of PLANS_CHUNK."""
-        from paraplan.solver import class_partitions  # a search over layer plans only (issue 33, start-up)
-        inst, outers = self.inst, self.outers
-        plan_floor = floor_bounds_s(inst, outers, self.idx, self.agg, self.weights, self.uniform, layer_plans=True,
-                                    deadline=self.floor_by)
-        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
+        plan_floor = self._floors(range(len(self.outers)), layer_plans=True)
         by_floor = np.argsort(plan_floor, kind="stable")
-        return [_Unpriced(js, (float(plan_floor[js[0]]), -1, -1),
-                          sum(class_partitions.partition_count(inst, outers[j]) - 1 for j in js))
-                for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(outers), PLANS_CHUNK))]
+        return [_PlanNode(js, (float(plan_floor[js[0]]), -1, -1), sum(self._plan_count(j) for j in js),
+                          late=bool(plan_floor[js[0]] == 0.0))
+                for js in (by_floor[a:a + PLANS_CHUNK].tolist() for a in range(0, len(self.outers), PLANS_CHUNK))]
 
     def set_up(self, warm_plan: Plan | None) -> None:
         """The running plan as a first incumbent (replanning), then the heap's first nodes."""
+        plan_groups = self._plan_groups() if self.partitions else []
         warm_outer = warm_plan.outer if warm_plan is not None and not dualpipe_job(self.inst) else None
         if (warm_outer is not None and warm_outer in self.outers
                 and not any(k.partitions for k in warm_plan.classes)):
@@ -1108,7 +1162,7 @@ class _Search:
                             f" setup {time.perf_counter() - self.t0:.2f} s")
         # best first: candidates, and outers' layer-plan combinations keyed by their optimistic
         # bound, expanded into candidates only when they can still win (solver/class_partitions.py)
-        self.heap = [(c.key, next(self.order), c) for c in unpriced + self.groups_of_plans]
+        self.heap = [(c.key, next(self.order), c) for c in unpriced + plan_groups]
         self._hold_options()
         heapq.heapify(self.heap)
 
@@ -1154,15 +1208,16 @@ class _Search:
         instead, listed as the search reaches them (list_partials)."""
         lazy = self.lazy
         if lazy is None:
-            self.floor = floor_bounds_s(self.inst, self.outers, self.idx, self.agg, self.weights, self.uniform,
-                                        deadline=self.floor_by)
+            self.floor = self._floors(range(len(self.outers)))
             by_floor = np.argsort(self.floor, kind="stable")
-            return [_Unpriced(js, (float(self.floor[js[0]]), -1, -1))
+            return [_Unpriced(js, (float(self.floor[js[0]]), -1, -1), late=bool(self.floor[js[0]] == 0.0))
                     for js in _growing_chunks(by_floor.tolist(), FIRST_PRICE_CHUNK, PRICE_CHUNK)]
         self.floor = []
         nodes = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
                  for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
-        nodes += [_Family(f, (lb, -1, -1)) for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
+        # a family keyed 0 was not bounded by the floors' deadline (_Partials.of): late
+        nodes += [_Family(f, (lb, -1, -1), late=lb == 0.0) for f, lb in enumerate(lazy.family_bounds)
+                  if math.isfinite(lb)]
         return nodes
 
     def _pipelines(self) -> list[_Pipeline]:
@@ -1185,6 +1240,45 @@ class _Search:
         return [_Pipeline(p, (p.bound_s, math.inf, i)) for i, p in enumerate(got)]
 
     # -- shared steps -------------------------------------------------------------------------
+
+    def _floors(self, js, layer_plans: bool = False, deadline: float | None = None) -> np.ndarray:
+        """The bounds before pricing of outers `js` (unpriced.floor_bounds_s; with `layer_plans`,
+        of all of each one's layer-plan combinations, lowered by FLOAT_SAFETY: at most the
+        combinations' own bounds, class_partitions); those not reached by `deadline` (the floors'
+        own by default) are 0, and their nodes late."""
+        lb = floor_bounds_s(self.inst, [self.outers[j] for j in js], self.idx, self.agg, self.weights, self.uniform,
+                            layer_plans=layer_plans, deadline=self.floor_by if deadline is None else deadline,
+                            memo=self.floor_memo)
+        return lb * (1 - one_class.FLOAT_SAFETY) if layer_plans else lb
+
+    def _key_late(self) -> None:
+        """Where the search stops: the late nodes at the heap's top keyed, a batch at a time (as
+        a listing would have keyed them), for at most LATE_KEYS_S, until the top is keyed: the
+        least key, which bounds what is left open, is then a bound read, not 0 (issue 33)."""
+        until = time.perf_counter() + LATE_KEYS_S
+        while self.heap and self.heap[0][2].late and time.perf_counter() < until:
+            batch, n = [], 0
+            while self.heap and self.heap[0][2].late and n < PARTIAL_OUTERS_AT_ONCE:
+                batch.append(heapq.heappop(self.heap)[2])
+                n += len(batch[-1].outers) if isinstance(batch[-1], (_Unpriced, _PlanNode)) else 1
+            self._push(self._keyed(batch, until))
+
+    def _keyed(self, nodes: list, until: float) -> list:
+        """Late nodes `nodes` with their keys read: each unpriced node's the least of its
+        outers' bounds before pricing, at least its key so far (the layout's or tp choice's it
+        was raised to when listed), each family's its bound; a node of an outer not reached by
+        `until` stays late."""
+        for kind in (_Unpriced, _PlanNode):
+            us = [x for x in nodes if isinstance(x, kind)]
+            js = [j for x in us for j in x.outers]
+            floors = dict(zip(js, self._floors(js, kind is _PlanNode, until).tolist())) if js else {}
+            for x in us:
+                lb = min(floors[j] for j in x.outers)
+                x.key, x.late = (max(x.key[0], lb), -1, -1), lb == 0.0
+        for x in nodes:
+            if isinstance(x, _Family) and time.perf_counter() < until:
+                x.key, x.late = (x.tighten(self), -1, -1), False
+        return nodes
 
     def can_win(self, key, lb: float | None = None) -> bool:
         """Whether a candidate keyed `key` (bound key[0], or a better bound `lb`) can still win."""
@@ -1265,118 +1359,75 @@ class _Search:
         if remaining <= 0 and not self._first_plan_pending(cand, now):
             self.flush()
             self._release_options()  # left open as the rest
+            self._push([cand])
+            self._key_late()
             self.open_bounds.extend(k[0] for k, _, _ in self.heap)
-            self.open_bounds.append(key[0])
-            self.res.unresolved += self._heap_weight() + cand.weight
+            self.res.unresolved += self._heap_weight()
             # a family not set up stands for configurations not counted (weight 0): left open,
             # it still leaves the space unproved
-            self.families_open = any(isinstance(x, (_Family, _Choice)) for x in [cand, *(n for _, _, n in self.heap)])
+            self.families_open = any(isinstance(x, (_Family, _Choice)) for _, _, x in self.heap)
             return None
         return remaining
 
     def _first_plan_pending(self, cand, now: float) -> bool:
         """Without an incumbent, pricing goes on past the limit (or past the setup, where that
         took longer) for FIRST_PLAN_ALLOWANCE_S at most, until one is found (probe)."""
-        return (not self.won.in_hand and isinstance(cand, (_Unpriced, _Partial, _Family, _Choice, _Pipeline))
-                and now < self.first_plan_by)
+        return not self.won.in_hand and not isinstance(cand, (_Candidate, _LayerPlans)) and now < self.first_plan_by
 
     def _visit(self, key, cand, remaining: float) -> None:
         """One node's step, by its kind."""
         if isinstance(cand, _Pipeline):
             self._solve_pipeline(cand)
-        elif isinstance(cand, (_Partial, _Family, _Choice)):
+        elif isinstance(cand, (_Family, _Choice)):
+            self._push(self._open_family(cand))
+        elif isinstance(cand, _Partial):
             self.list_partials(cand)
-        elif isinstance(cand, _Unpriced) and cand.layer_plans is not None:
+        elif isinstance(cand, _PlanNode):
             self._push_layer_plans(cand)
         elif isinstance(cand, _Unpriced):
             self._price_chunk(cand)
         elif isinstance(cand, _LayerPlans):
             new, kids = cand.expand(self.won.bar()[0], self.res, self.t0 + self.time_limit_s)
             self.probe(new)
-            self._push(new)
-            self._push(kids)
+            self._push(new + kids)
         elif self.uniform:
             self._settle_uniform(cand)
         else:
             self._solve(key, cand, remaining)
 
-    def _push_layer_plans(self, cand: _Unpriced) -> None:
+    def _push_layer_plans(self, cand: _PlanNode) -> None:
         """Each outer's layer-plan combinations as one node keyed by their optimistic bound
-        (_layer_plans), so that none is listed before it can win; first (_sync_keyed) each
-        outer's node keyed again by its least sync, where that raises it."""
-        if not cand.synced and self._sync_keyed(cand):
-            return
+        (_layer_plans), so that none is listed before it can win; first, where the node's
+        least sync raises its key (_PlanNode.tighten), each of its outers pushed again as a
+        node of its own keyed by that raised bound, or counted pruned where it cannot win."""
+        if not cand.synced:
+            keys = cand.tighten(self)
+            if any(lb > cand.key[0] for lb in keys):
+                for i, lb in zip(cand.outers, keys):
+                    self._push(self._kept([_PlanNode([i], (lb, -1, -1), self._plan_count(i), synced=True)]))
+                return
         for i in cand.outers:
             lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
                               self.res)
             if lp is not None:
-                heapq.heappush(self.heap, (lp.key, next(self.order), lp))
+                self._push([lp])
 
     # -- listing partial layouts (lazy) ------------------------------------------------------
 
-    def list_partials(self, first: _Partial | _Family | _Choice) -> None:
+    def list_partials(self, first: _Partial) -> None:
         """List `first` and the partial layouts next in the heap (PARTIAL_OUTERS_AT_ONCE
         configurations or a little more, while they can still win), bound their outers before
-        pricing and push each, keyed by that bound (gather prices them in chunks); a stage or
-        replica family is set up instead, its partial layouts that can still win pushed."""
-        if isinstance(first, (_Family, _Choice)):
-            self._push(self._open_family(first))
-            return
+        pricing and push each, keyed by that bound (gather prices them in chunks)."""
         got, n = [first], first.weight
         while (self.heap and n < PARTIAL_OUTERS_AT_ONCE and isinstance(self.heap[0][2], _Partial)
                and self.can_win(self.heap[0][0])):
             got.append(heapq.heappop(self.heap)[2])
             n += got[-1].weight
-        got = self._read_syncs(got)
+        # less those their syncs prove unable to win (_Partial.tighten), never listed (the bar
+        # only falls); the keys stay, so the search's order is unchanged
+        got = self._kept(got, [(lb, -1, -1) for lb in _Partial.tighten(self, got)])
         if got:
             self._list_layouts(got)
-
-    def _read_syncs(self, got: list[_Partial]) -> list[_Partial]:
-        """Partial layouts `got` less those their syncs prove unable to win: each stage-wise
-        one through several groups reads them as it is popped (_Partials.read_syncs, per ZeRO
-        stage and v: a bound of every configuration's value lowered by fill_drain.TIE_MARGIN),
-        and is pruned, never listed, where that bound cannot beat the bar (the bar only falls);
-        listed, each of its configurations is left unpriced where its block's bound for its
-        ZeRO stage and v cannot (sync_bound, _price_chunk). The keys stay those read without
-        syncs, so the search's order is unchanged: keyed by them, the layout holding the
-        optimum of 2 GPU types x 4 nodes was priced after 4 others that were then solved
-        exactly, for want of that incumbent (0.24 -> 0.5 s of CPU).
-        Through one group that bound reads no fill-drain term (layouts._slot_terms) and is at
-        most the bound that reads memory (unpriced_memory: tau*, sigma*, delta* of the same
-        floors and syncs, with memory), which each of its configurations gets before it is
-        priced: not read there (GPT-3 175B on 1,024 A100 would read 42 layouts, 0.3 s of the
-        search's 0.9 s of CPU; issue 33). With per-operator partitions the syncs are the least
-        over Megatron's layer and every layer plan (solver/bounds/plan_sync.py)."""
-        lazy = self.lazy
-        if self.partitions:
-            got = self._other_syncs(got)
-        fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
-        if not fresh:
-            return got
-        raised = dict(zip(fresh, lazy.read_syncs(self.inst, fresh)))
-        now = []
-        for p in got:
-            if p.index in raised and not self.can_win((raised[p.index] * (1 - PARTIAL_MARGIN), -1, -1)):
-                self.res.pruned_by_bound += p.weight
-            else:
-                now.append(p)
-        return now
-
-    def _other_syncs(self, got: list[_Partial]) -> list[_Partial]:
-        """Partial layouts `got` less those of the other families (one class layout each) that
-        their configurations' least sync with layer plans proves unable to win
-        (plan_sync.raised_partial_bounds: a bound of every combination's value), counted pruned;
-        the keys stay."""
-        lazy = self.lazy
-        others = [p for p in got if lazy.partials[p.index].dp is None]
-        if not others:
-            return got
-        raised = plan_sync.raised_partial_bounds(self.inst, [lazy.partials[p.index] for p in others],
-                                                 [lazy.bounds[p.index] for p in others], self.idx, self.agg,
-                                                 self.weights, self.sync_memo)
-        out = {p.index for p, lb in zip(others, raised.tolist()) if not self.can_win((lb * (1 - PARTIAL_MARGIN), -1, -1))}
-        self.res.pruned_by_bound += sum(p.weight for p in others if p.index in out)
-        return [p for p in got if p.index not in out]
 
     def _open_family(self, first: _Family | _Choice) -> list:
         """A stage family opened into its choices, or `first` and the choices next in the heap
@@ -1443,8 +1494,8 @@ class _Search:
         # each outer's bound before pricing, raised to its representative's (stage_bound_rows:
         # its pipeline's slowest stage and sum read together, at most its value lowered by
         # fill_drain.TIE_MARGIN, so a plan that ties the incumbent is still priced)
-        floors = floor_bounds_s(self.inst, outers[start:], self.idx, self.agg, self.weights, self.uniform,
-                                deadline=self.floor_by, memo=lazy.memo)
+        floors = self._floors(js)
+        late = (floors == 0.0).tolist()  # not reached by the floors' deadline
         self.floor.extend(np.maximum(floors, np.asarray(raised, float)).tolist())
         order = []
         for k in np.argsort(np.asarray(self.floor[start:]), kind="stable").tolist():
@@ -1453,78 +1504,51 @@ class _Search:
                 self.res.pruned_by_bound += 1
             else:
                 order.append(j)
-        # the outers _dive prices now are not pushed: their nodes would count them again
-        early = self._early(order) if self.partitions else []
-        for j in order:
-            if j not in self.early:
-                node = _Unpriced([j], (float(self.floor[j]), -1, -1))
-                heapq.heappush(self.heap, (node.key, next(self.order), node))
+        # With layer plans, the DIVE_OUTERS all-Megatron configurations of least bound that can
+        # still win are priced and probed now (the dive), for an incumbent (issue 33), not
+        # pushed: each outer's layer-plan node (_plan_nodes) is keyed at or below its own, and
+        # thousands of them (32 A100 + 32 H100: some 6,500 in 60 s of CPU) come before the
+        # configurations' own plans, so the incumbent stayed at a quick one of 16.19 s (17.23 s
+        # at p90) while the layout that holds the no-partition optimum (11.84 s at p90, its
+        # quick incumbent its optimum) sat listed, unpriced. Each is priced as its own chunk
+        # would price it; the order of the search changes, not its answer: every node is still
+        # pruned only by its own bound.
+        dive = ([j for j in order[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+                if self.partitions else [])
+        self._push(_Unpriced([j], (float(self.floor[j]), -1, -1), late=late[j - start]) for j in order if j not in dive)
         if self.partitions:
             self._push(self._plan_nodes(js, carried))
-            self._dive(early)
+            if dive:
+                self._price_and_probe(dive)
 
-    def _early(self, order: list[int]) -> list[int]:
-        """The outers _dive prices: the first DIVE_OUTERS of `order` (the layouts just listed, in
-        bound order) that can still win, marked so that no chunk prices or counts them again."""
-        early = [j for j in order[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
-        self.early.update(early)
-        return early
-
-    def _dive(self, early: list[int]) -> None:
-        """With layer plans, the DIVE_OUTERS all-Megatron configurations of least bound of the
-        layouts just listed (`early`, _early) priced and probed at once, for
-        an incumbent (issue 33): each outer's layer-plan node (_plan_nodes) is keyed at or below
-        its own, and thousands of them (32 A100 + 32 H100: some 6,500 in 60 s of CPU) come
-        before the configurations' own plans, so the incumbent stayed at a quick one of 16.19 s
-        (17.23 s at p90) while the layout that holds the no-partition optimum (11.84 s at p90,
-        its quick incumbent its optimum) sat listed, unpriced. Each outer is priced as its own
-        chunk would price it (_price_chunk, which then skips it: `early`); the order of the
-        search changes, not its answer: every node is still pruned only by its own bound."""
-        if not early:
-            return
-        new = self.price(early)
-        self.res.priced += len(early)
-        self.probe(new)
-        if not self.uniform:
-            kept = _settle_alone(new, self.won)
-            self.res.pruned_by_bound += len(new) - len(kept)
-            new = kept
-        self._push(new)
-
-    def _plan_nodes(self, js: list[int], carried: list[float] | None = None) -> list[_Unpriced]:
+    def _plan_nodes(self, js: list[int], carried: list[float]) -> list[_PlanNode]:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
         them read before pricing (floor_bounds_s with layer_plans, as _plan_groups), raised to
         `carried` (per outer, its tp choice's key, _Partials.carried), expanded
         (_push_layer_plans) only when it comes up and can still win."""
-        from paraplan.solver import class_partitions  # a search over layer plans only
-        outers = [self.outers[j] for j in js]
-        plan_floor = floor_bounds_s(self.inst, outers, self.idx, self.agg, self.weights, self.uniform,
-                                    layer_plans=True, deadline=self.floor_by, memo=self.floor_memo)
-        plan_floor *= 1 - one_class.FLOAT_SAFETY  # at most the combinations' own bounds (class_partitions)
-        if carried is not None:
-            plan_floor = np.maximum(plan_floor, carried)
-        counts = [class_partitions.partition_count(self.inst, o) - 1 for o in outers]
-        return [_Unpriced([j], (lb, -1, -1), n) for j, n, lb in zip(js, counts, plan_floor.tolist()) if n]
+        floors = self._floors(js, layer_plans=True)
+        keys = np.maximum(floors, carried).tolist()
+        return [_PlanNode([j], (lb, -1, -1), n, late=f == 0.0)
+                for j, lb, f in zip(js, keys, floors.tolist()) if (n := self._plan_count(j))]
 
-    def _sync_keyed(self, cand: _Unpriced) -> bool:
-        """Whether the least sync of the layer plans (solver/bounds/plan_sync.py) raises the key
-        of a layer-plan node `cand`: then each of its outers is pushed again as a node of its
-        own keyed by that raised bound (a bound of every one of its combinations), or counted
-        pruned where it cannot win. Read as the node comes up, not when it is listed: most
-        listed nodes never come up (the sync of one outer reads a few of cost/'s pricings)."""
+    def _plan_count(self, j: int) -> int:
+        """Outer j's layer-plan combinations beyond all-Megatron (class_partitions.partition_count)."""
         from paraplan.solver import class_partitions  # a search over layer plans only
-        outers = [self.outers[i] for i in cand.outers]
-        keys = plan_sync.raised_keys(self.inst, outers, [cand.key[0]] * len(outers), self.idx, self.agg,
-                                     self.weights, self.sync_memo)
-        if not (keys > cand.key[0]).any():
-            return False
-        for i, o, lb in zip(cand.outers, outers, keys.tolist()):
-            node = _Unpriced([i], (lb, -1, -1), class_partitions.partition_count(self.inst, o) - 1, synced=True)
-            if self.can_win(node.key):
-                self._push([node])
-            else:
-                self.res.pruned_by_bound += node.weight
-        return True
+        return class_partitions.partition_count(self.inst, self.outers[j]) - 1
+
+    def synced(self, js, keys) -> list[float]:
+        """`keys` of outers `js` raised by their least sync under any layer plan
+        (solver/bounds/plan_sync.raised_keys: each key at most every combination's bound of its
+        outer, all-Megatron's included), read with the search's scenarios and sync memo."""
+        return plan_sync.raised_keys(self.inst, [self.outers[j] for j in js], keys, self.idx, self.agg, self.weights,
+                                     self.sync_memo).tolist()
+
+    def _kept(self, nodes: list, keys: list | None = None) -> list:
+        """`nodes` whose key (or the key of `keys`: the node's bound tightened, as a key) can
+        still win; the others counted pruned by bound (the bar only falls)."""
+        out = [x for x, key in zip(nodes, keys or [x.key for x in nodes]) if self.can_win(key)]
+        self.res.pruned_by_bound += sum(x.weight for x in nodes) - sum(x.weight for x in out)
+        return out
 
     def gather(self, first: _Unpriced) -> _Unpriced:
         """`first` (one listed outer) and the listed outers next in the heap, in the order of
@@ -1532,8 +1556,7 @@ class _Search:
         to PRICE_CHUNK as the full listing's chunks do: the outers of every partial layout
         listed so far are priced in one order, as if listed together."""
         js = list(first.outers)
-        while (self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced)
-               and self.heap[0][2].layer_plans is None):
+        while self.heap and len(js) < self.chunk_size and isinstance(self.heap[0][2], _Unpriced):
             js += heapq.heappop(self.heap)[2].outers
         self.chunk_size = min(2 * self.chunk_size, PRICE_CHUNK)
         return _Unpriced(js, first.key)
@@ -1552,17 +1575,20 @@ class _Search:
         # fails for a smaller (the last chunk priced whole up to 511 such outers); nor is
         # one whose layout's syncs (sync_bound) prove it cannot win, nor a twin its one-class
         # configuration settles (_twins_may_win)
-        todo = [j for j in cand.outers if j not in self.early]  # (_dive priced the others)
-        js = [j for j in todo if self.can_win((float(self.floor[j]), self.rank[j], 0),
-                                              max(self.floor[j], self.sync_bound.get(j, -math.inf)))
+        js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0),
+                                                     max(self.floor[j], self.sync_bound.get(j, -math.inf)))
               and self._twins_may_win(j)]
         if self.partitions:  # all-Megatron's least sync (bounds/plan_sync.py: at most its own)
-            raised = plan_sync.raised_keys(self.inst, [self.outers[j] for j in js], [self.floor[j] for j in js],
-                                           self.idx, self.agg, self.weights, self.sync_memo)
-            js = [j for j, lb in zip(js, raised.tolist()) if self.can_win((float(self.floor[j]), self.rank[j], 0), lb)]
-        self.res.pruned_by_bound += len(todo) - len(js)
+            raised = self.synced(js, [self.floor[j] for j in js])
+            js = [j for j, lb in zip(js, raised) if self.can_win((float(self.floor[j]), self.rank[j], 0), lb)]
+        self.res.pruned_by_bound += len(cand.outers) - len(js)
         if not self.partitions and not dualpipe_job(self.inst):
             js = self._may_fit(js)
+        self._price_and_probe(js)
+
+    def _price_and_probe(self, js: list[int]) -> None:
+        """Outers `js` priced and probed for incumbents, and pushed but for those a lone class's
+        bound settles (_settle_alone)."""
         new = self.price(js)
         self.res.priced += len(js)
         self.probe(new)
@@ -1820,25 +1846,46 @@ def _growing_chunks(order: list[int], first: int, most: int) -> list[list[int]]:
 
 
 @dataclass
-class _Unpriced:
+class _Unpriced(_Node):
     """Outer configurations (indices) not yet priced, keyed by the least of their bounds before
     pricing (solver/bounds/unpriced.py), which is at most each one's key once priced: index -1
-    pops the chunk before any candidate of an equal bound."""
+    pops the chunk before any candidate of an equal bound. Its bound is tightened per outer as
+    the chunk comes up (_Search._price_chunk: its layout's syncs, its twins, its least sync with
+    layer plans, memory)."""
 
     outers: list[int]
     key: tuple[float, int, int]
-    # None: the outers themselves (all-Megatron); else the number of their layer-plan
-    # combinations beyond all-Megatron, which the chunk stands for (_LayerPlans)
-    layer_plans: int | None = None
-    synced: bool = False  # its key raised by its layer plans' least sync (_sync_keyed)
+    # some outer's bound not read by the floors' deadline (FLOOR_AT_LEAST_S): keyed by 0, or by
+    # its layout's or tp choice's key, until the search keys it where it stops (_Search._key_late)
+    late: bool = False
 
     @property
     def weight(self) -> int:  # candidates it stands for
-        return len(self.outers) if self.layer_plans is None else self.layer_plans
+        return len(self.outers)
 
 
 @dataclass
-class _LayerPlans:
+class _PlanNode(_Node):
+    """Outers' (one, or a chunk of the full listing's) layer-plan combinations beyond
+    all-Megatron, not yet set up: keyed by a bound of all of them read before pricing
+    (unpriced.floor_bounds_s with layer_plans), expanded into one _LayerPlans per outer only
+    when it comes up and can still win (_Search._push_layer_plans)."""
+
+    outers: list[int]
+    key: tuple[float, int, int]
+    weight: int  # the combinations it stands for
+    synced: bool = False  # its key raised by its least sync (tighten)
+    late: bool = False
+
+    def tighten(self, s: _Search) -> list[float]:
+        """Its outers' keys raised by their least sync under any layer plan
+        (solver/bounds/plan_sync.py): read as the node comes up, not when it is listed, as most
+        listed nodes never come up (the sync of one outer reads a few of cost/'s pricings)."""
+        return s.synced(self.outers, [self.key[0]] * len(self.outers))
+
+
+@dataclass
+class _LayerPlans(_Node):
     """An outer configuration's combinations of layer plans beyond all-Megatron, not yet
     listed: keyed by their optimistic bound (solver/class_partitions.py, step 1), which is at
     most every combination's key (bound, i, j >= 1)."""
