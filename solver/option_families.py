@@ -560,7 +560,7 @@ class OptionBounds:
         groups (its stage times sum to at least its layers at the least floor and its last
         stage's output layer, option_recompute.RecomputeFloor.head_s). `ranks`: the ZeRO ranks
         its layouts have at most (_at_ranks), else every stage slot of the groups used times cp."""
-        key = ("stage class", S, counts, dp, fam.tp, fam.cp, ranks)
+        key = ("stage class", S, counts, fam.tp, fam.cp, ranks)  # per replica: dp scales it
         got = self.ways.get(key)
         if got is None:
             groups, L = self.inst.cluster.groups, self.L
@@ -573,8 +573,8 @@ class OptionBounds:
                 rate = np.minimum(plain, L / slowest)
             least = L * np.minimum.reduce(floors) + np.minimum.reduce([self.recompute.head_s(g, fam.tp, fam.cp)
                                                                         for g in S])
-            got = self.ways[key] = (dp * rate, dp * (least * rate / L - 1))
-        return got
+            got = self.ways[key] = (rate, least * rate / L - 1)
+        return dp * got[0], dp * got[1]
 
     def _v_top(self, pp: int) -> float:
         """The most virtual stages of a layout holding a class of pp stages: the largest v of
