@@ -175,28 +175,21 @@ class RecomputeFloor:
 
     def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int) -> tuple:
         """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _rows, arrays of pp;
-        `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms every, state and c, so
-        that rows alike at other ranks or ZeRO stages (the ranks enter only through ZeRO's
-        sharding of the state and the ring's existence, both ranks >= 2 cp) are built, and
-        read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with classes_per_group 2
-        read them at each family's and layout's ranks)."""
-        inst = self.inst
-        lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                           zero_ranks=2 * cp)
-        hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                           zero_ranks=max(most_ranks, 2 * cp))
-        every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
-        key = ("row", g, tp, cp, pp, b, sp, every, state, c)
+        `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms room, state and c
+        (stage_terms), so that rows alike at other ranks or ZeRO stages (the ranks enter only
+        through ZeRO's sharding of the state and the ring's existence, both ranks >= 2 cp) are
+        built, and read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with
+        classes_per_group 2 read them at each family's and layout's ranks)."""
+        room, state, a, c = self.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks)
+        key = ("row", g, tp, cp, pp, b, sp, room, state, c)
         got = self.memo.get(key)
         if got is None:
-            cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
             flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
-            a = max(self.stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
             held = state + flight * a
             slope = held / (flight * (a - c))
             if self.fb.slot_c > 0:  # the end stages: their state alone (module docstring)
                 held[[0, -1]], slope[[0, -1]] = state, np.inf
-            got = self.memo[key] = (np.full(pp, cap - every), held, slope)
+            got = self.memo[key] = (np.full(pp, room), held, slope)
         return key, got
 
     def stage_terms(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int,
