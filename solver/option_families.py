@@ -27,13 +27,16 @@ t_s >= f_g(s): A_k >= L / sum_s 1/t_s >= L / R_k, R_k = sum_g c_g / f_g for c_g 
 - a replica class (pp_k stages on g): R_k = pp_k / f_g, S_lo = L f_g, so S_lo / A_lo = pp_k:
   m_k <= Z R_k / L - (pp_k - 1) / v (stage_families.replica_combos' bound);
 - the stage-wise class of the mixed family: at v = 1 (no embedding / loss slots,
-  space._slot_modes_of) S_k >= L min_g f_g, so m_k <= Z R_k / L - (f_min R_k - 1); at v > 1,
-  S_lo = 0: m_k <= Z R_k / L + 1/v.
+  space._slot_modes_of) S_k >= L min_g f_g + h_min (its last stage runs the output layer, at
+  least the least h_g of its groups, option_recompute.RecomputeFloor.head_s), so m_k <= Z R_k /
+  L - (S_lo R_k / L - 1); at v > 1, S_lo = 0: m_k <= Z R_k / L + 1/v.
 Summed with weights x_k and sum_k x_k m_k = M:
     Z >= L (M + B_v / v) / D,   D = sum_k x_k R_k,   B_v = sum_k x_k b_k(v),
 b_k the bubbles above. v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so
 M >= P = sum_k x_k pp_k; v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 P; in 1/v the
-bound is linear, so its least over v in [2, v_max] is at v = 2 or v_max. Aggregated over
+bound is linear, so its least over v in [2, v_max] is at v = 2 or v_max, where v_max is at most
+what the deepest class known admits (a mixed layout's stage-wise class of pp stages: v pp within
+the layers and slots, space.virtual_stage_values; _v_top). Aggregated over
 scenarios as the objective (max or weights >= 0: monotone), least over every micro-batch size
 the space may offer, times the least quantile factor of the layouts (FamilyBounds.factor: the
 groups used, cp, deepest class 1 or 2). A layout of one class is not in these families (inf).
@@ -43,11 +46,16 @@ bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, 
 - the memory a class's group holds (solver/bounds/option_recompute.py): a replica class of pp
   stages on g cannot balance its layers where its early stages, holding pp - s micro-batches,
   run out of memory; its slowest stage then takes at least A* >= L f_g / pp (each stage holding
-  what its memory allows for free, then at a recompute per layer it frees), and its stage times
-  sum to at least S_lo = L f_g + R rho (R the fewest layers any split recomputes). The
-  derivation above reads only A_k >= A_lo and S_k >= S_lo, so each such class adds L / A* to D
-  and S_lo / A* - 1 (<= pp - 1) to B, read at most ZeRO ranks on inner nodes and at the
-  layout's own replicas times cp on a node of every group chosen (_at_ranks);
+  what its memory allows for free, then at a recompute per layer it frees, the last stage also
+  running the output layer h_g), and its stage times sum to at least S_lo = L f_g + h_g + R rho
+  (R the fewest layers any split recomputes). The derivation above reads only A_k >= A_lo and
+  S_k >= S_lo, so each such class adds L / A* to D and S_lo / A* - 1 (<= pp - 1) to B; a mixed
+  layout's stage-wise class adds L / A* with A* the least over the orders of its groups, each
+  stage at its place's in-flight count (option_recompute.stage_class_slowest_s). Both are read
+  at most ZeRO ranks on inner nodes and at the layout's own replicas times cp on a node of
+  every group chosen (_at_ranks; issue 33: on 32 A100 + 32 H100 the output layer, ~1.1 layers'
+  time on Llama-3 70B, and the stage-wise class at its layout's ranks and places took the
+  option nodes expanded under the optimum from 10,655 to 2,971);
 - the gradient sync after the last backward (solver/bounds/option_sync.py): the plan's time is
   its slowest pipeline plus its slowest stage's sync (class_coefficients.iteration_time_s), and
   the stage holding the most layers of the shallowest class holds L / pp_min of them, each
@@ -91,7 +99,7 @@ from paraplan.cost.plan_specs import ClassShape
 from paraplan.solver.bounds.option_recompute import RecomputeFloor, stage_class_slowest_s
 from paraplan.solver.bounds.option_sync import SyncFloor
 from paraplan.solver.class_layouts import MAX_LAYOUTS, pp_allowed, group_shares, too_many_layouts
-from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank
+from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank, virtual_stage_values
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,6 @@ class OptionBounds:
         self.inst = inst
         self.L = inst.model.layers
         self.M = np.floor(inst.job.global_batch / fb.mbs)[:, None]  # (mbs, 1)
-        self.vs = [v for v in (2.0, float(fb.v_max)) if fb.v_max >= 2]
         self.nodes: list = []  # partial choices on the search's heap (_Node; None once expanded)
         self.root_memo: dict = {}
         self.listed: dict[tuple, int] = {}  # (group, tp, cp) -> its ways in the full listing
@@ -213,15 +220,18 @@ class OptionBounds:
         return got
 
     # -- the bound ------------------------------------------------------------------------
-    def _z(self, d, b1, bv, slots, deep, sync=0.0) -> np.ndarray:
+    def _z(self, d, b1, bv, slots, deep, sync=0.0, v_top: float = math.inf) -> np.ndarray:
         """Per micro-batch size (leading axes kept): the module's Z plus `sync`, aggregated over
-        scenarios. d, b1, bv, sync: (..., mbs, scenarios); slots, deep: (...) broadcastable."""
+        scenarios. d, b1, bv, sync: (..., mbs, scenarios); slots, deep: (...) broadcastable;
+        `v_top`: the most virtual stages the layouts read may run (_v_top), the v > 1 terms read
+        at v = 2 and at the least of it and v_max (none where it is below 2)."""
         fb, M, L = self.fb, self.M, self.L
+        vs = [v for v in (2.0, min(float(fb.v_max), v_top)) if v >= 2 and fb.v_max >= 2]
         slots = np.asarray(slots, float)[..., None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(M >= slots, L * (M + b1) / d, np.inf)
             ok = np.asarray(deep)[..., None, None] & (M >= 2 * slots)
-            for v in self.vs:
+            for v in vs:
                 z = np.minimum(z, np.where(ok, L * (M + np.asarray(bv, float) / v) / d, np.inf))
         z = np.where(np.isnan(z) | (z < 0), np.inf, z) + sync
         per_mb = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)
@@ -308,7 +318,7 @@ class OptionBounds:
         return self.root_memo[fam]
 
     def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage,
-              zeros: tuple, pipelined: bool = False, single: bool = False) -> "_Node | None":
+              zeros: tuple, pipelined: bool = False, single: bool = False, v_top: float = math.inf) -> "_Node | None":
         """The root over `ways` (per group of `order`) beside `base`, its layouts at a ZeRO
         stage of `zeros`, bounded with every group relaxed; `pipelined`: a replica family's
         layouts with a class of pp > 1 (_replica_ways); `single`: its layouts without, whose
@@ -345,7 +355,7 @@ class OptionBounds:
         state = (base.d, base.b1 + zero, base.bv + zero, base.slots, base.classes, True, base.replicas, base.shallow,
                  base.d)
         node = _Node(fam, order, stage, ways, levels, f, rest, factor, state, (), 0.0, pipelined, tuple(zeros), f3,
-                     rates, raised, state[:3])
+                     rates, raised, state[:3], v_top)
         node.bound = self._relaxed(node, state, 0)
         return node
 
@@ -439,9 +449,9 @@ class OptionBounds:
         whose layouts may run ZeRO-3 without a pipeline, the lesser of that and Z on the floors
         ZeRO-3 raises (D = d3, no sync: option_sync.SyncFloor.zero3_layer_s) at ZeRO-3. Arrays
         as _z's."""
-        z = self._z(d, b1, bv, slots, deep, sync)
+        z = self._z(d, b1, bv, slots, deep, sync, node.v_top)
         if node.f3 is not None:
-            z = np.minimum(z, self._z(d3, b1, bv, slots, deep))
+            z = np.minimum(z, self._z(d3, b1, bv, slots, deep, v_top=node.v_top))
         return node.factor * z
 
     @staticmethod
@@ -512,10 +522,12 @@ class OptionBounds:
         ranks = _ranks_read(fam.cp * state[6], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
                                                             for g in fam.used))
         d, b = node.base[0], node.base[1]
+        if node.stage is not None:  # the stage-wise class at those ranks too
+            d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks)
+        bv = node.base[2]
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
             rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
-            d, b = d + rate, b + bubble
-        bv = node.base[2] + (b - node.base[1])
+            d, b, bv = d + rate, b + bubble, bv + bubble
         return float(self._bound(node, d, state[8], b, bv, state[3], state[5], sync))
 
     def _layouts_of(self, node: "_Node", picks: tuple):
@@ -539,21 +551,42 @@ class OptionBounds:
             fields = (si, dp, *counts, *(0,) * (G - k), *picks, *(0,) * (G - len(picks)), oi)
             yield fields, (ClassShape(replicas=dp, stage_groups=stages),) + replicas
 
-    def _stage_rate(self, fam: OptionFamily, S: tuple, counts: tuple, plain: np.ndarray) -> np.ndarray:
-        """R = L / A_lo of a mixed layout's stage-wise class of counts[i] stages on S[i]: the
-        least of the floors' (plain, sum_g c_g / f_g) and of the memory its groups hold
-        (option_recompute.stage_class_slowest_s: A* >= the slowest stage of any split that
-        fits); 0 where no split fits. The derivation reads A_lo and S_lo = L f_min, so its
-        bubble is f_min R - 1 (_mixed_roots)."""
-        key = ("stage rate", S, counts, fam.tp, fam.cp)
+    def _stage_class(self, fam: OptionFamily, S: tuple, counts: tuple, dp: int, ranks: int | None = None) -> tuple:
+        """(D, B at v = 1), each (micro-batch sizes, scenarios), that a mixed layout's stage-wise
+        class of dp replicas, counts[i] stages on S[i], adds: D = dp R, R = L / A_lo the least of
+        the floors' (sum_g c_g / f_g) and of the memory its groups hold (option_recompute.
+        stage_class_slowest_s: A* >= the slowest stage of any split that fits, 0 where none
+        does), and B = dp (S_lo / A_lo - 1) with S_lo = L f_min + the least output layer of its
+        groups (its stage times sum to at least its layers at the least floor and its last
+        stage's output layer, option_recompute.RecomputeFloor.head_s). `ranks`: the ZeRO ranks
+        its layouts have at most (_at_ranks), else every stage slot of the groups used times cp."""
+        key = ("stage class", S, counts, fam.tp, fam.cp, ranks)  # per replica: dp scales it
         got = self.ways.get(key)
         if got is None:
-            groups = self.inst.cluster.groups
-            most = fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+            groups, L = self.inst.cluster.groups, self.L
+            most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+            floors = [self.fb.floor(g, fam.tp, fam.cp) for g in S]
+            plain = sum(c / f for c, f in zip(counts, floors))
             slowest = stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp, self.pipe_zeros,
                                             most)
             with np.errstate(divide="ignore"):
-                got = self.ways[key] = np.minimum(plain, self.L / slowest)
+                rate = np.minimum(plain, L / slowest)
+            least = L * np.minimum.reduce(floors) + np.minimum.reduce([self.recompute.head_s(g, fam.tp, fam.cp)
+                                                                        for g in S])
+            got = self.ways[key] = (rate, least * rate / L - 1)
+        return dp * got[0], dp * got[1]
+
+    def _v_top(self, pp: int) -> float:
+        """The most virtual stages of a layout holding a class of pp stages: the largest v of
+        space.virtual_stage_values for that class alone (v pp within the layers and slots, v one
+        the space lists), at least every v a layout with more classes may run (each class adds
+        its own condition); 1 where none above 1 is. The bound is linear in 1/v, so its least
+        over v in [2, v_top] is at v = 2 or v_top, at most its least over the v a layout runs."""
+        key = ("v top", pp)
+        got = self.ways.get(key)
+        if got is None:
+            got = self.ways[key] = float(max(virtual_stage_values(self.inst, [ClassShape(replicas=1,
+                                                                                          stage_groups=(0,) * pp)])))
         return got
 
     def _mixed_roots(self, fam: OptionFamily):
@@ -567,7 +600,6 @@ class OptionBounds:
         if not idle and any(x % (tp * cp) for x in gpus):
             return
         slots = {g: x // (tp * cp) for g, x in zip(used, gpus)}
-        floors = {g: self.fb.floor(g, tp, cp) for g in used}
 
         fits = {g: self._fits(g, tp, cp, self.pipe_zeros) for g in used}  # beside a pipeline
 
@@ -577,17 +609,17 @@ class OptionBounds:
         subsets = [S for k in range(2, len(used) + 1) for S in itertools.combinations(used, k)]
         for si, S in enumerate(subsets):
             rest = [g for g in used if g not in S]
-            fmin = np.minimum.reduce([floors[g] for g in S])
             for dp in range(1, min(slots[g] for g in S) + 1):
                 for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
                     if not pp_allowed(inst, sum(counts)):
                         continue
-                    rate = self._stage_rate(fam, S, counts, sum(c / floors[g] for g, c in zip(S, counts)))
-                    base = _Base(d=dp * rate, b1=dp * (fmin * rate - 1), bv=-float(dp), slots=dp * sum(counts),
-                                 classes=1, replicas=dp, shallow=float(sum(counts)))
+                    d, b1 = self._stage_class(fam, S, counts, dp)
+                    base = _Base(d=d, b1=b1, bv=-float(dp), slots=dp * sum(counts), classes=1, replicas=dp,
+                                 shallow=float(sum(counts)))
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
                             + [fill(g, slots[g], False) for g in rest])
-                    yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros)
+                    yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros,
+                                     v_top=self._v_top(sum(counts)))
 
 
 def _ranks_read(ranks: int, most: int) -> int:
@@ -626,6 +658,7 @@ class _Node:
     rates: list | None = None  # per level, per profile: (most D, least B) its ways add (OptionBounds._rates)
     raised: bool = False  # its floors are those ZeRO-3 raises (_root)
     base: tuple = ()  # (D, B at v = 1, B at v > 1) of its fixed part (_Base)
+    v_top: float = math.inf  # the most virtual stages its layouts may run (OptionBounds._v_top)
 
     @property
     def depth(self) -> int:

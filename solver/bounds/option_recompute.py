@@ -32,14 +32,21 @@ holding the most micro-batches, hold few layers unless they recompute. A stage o
 n f_g + rho ceil(rho_s(n)); the least A at which the stages hold L, each the most n with
 t_s(n) <= A (slowest_stage_each_s), is at most the slowest stage time of any split that fits:
 A* >= L f_g / pp (on Llama-3 70B at tp 1, a stage holding 31 micro-batches holds one layer
-where the continuous relaxation gives it 1.6).
+where the continuous relaxation gives it 1.6). The last stage also runs the output layer (the
+logits GEMM and loss, h_g >= 0: unpriced.stage_floor_terms' a_last, the least over the sp flags
+and recompute modes, head_s), so its t_s(n) is h_g + n f_g + ...: on Llama-3 70B (a 128,256-word
+vocabulary) h_g is about 1.1 layers' time, and a class of 16 stages, 5 layers each at the
+floors, has A* = 6 f_g, not 5 f_g (issue 33). A mixed layout's stage-wise class through several
+groups (stage_class_slowest_s) is read in each order of its groups, where every stage's place,
+its in-flight count and the group of its last stage are known, and A* is the least over the
+orders.
 
 Each recomputed layer repeats its forward, rc_fwd (coefficients._layer_costs: recompute_time =
 rc_fwd + ZeRO-3's extra exposure, 0 at ZeRO 0-2 and in a pipeline, where ZeRO-3's gathers run once
 per step), at least the least over sp and the recompute modes. So the class's stage times sum to
-at least L f_g + R rho_lo, and its slowest stage to at least that / pp: the class prices like one
-on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py's derivation (which
-reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A* and S_lo = L f_g + R rho_lo
+at least L f_g + h_g + R rho_lo, and its slowest stage to at least that / pp: the class prices
+like one on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py's derivation
+(which reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A* and S_lo = L f_g + h_g + R rho_lo
 (class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
 hide ZeRO-3 traffic), nor a class of an MoE model.
 
@@ -60,7 +67,9 @@ import numpy as np
 
 from paraplan.cost import memory
 from paraplan.cost.specs import Attention, Recompute
+from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.solver.bounds.plan_range import plan_range
+from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 from paraplan.solver.space import micro_batch_lower_bound_terms
 
@@ -119,6 +128,29 @@ class RecomputeFloor:
             got = self.memo[key] = np.maximum(got, 0.0)
         return got
 
+    def head_s(self, g: int, tp: int, cp: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): the least output layer (logits GEMM and loss) a last
+        stage on group g runs, of every sp flag and recompute mode (unpriced.stage_floor_terms'
+        a_last, the bound before pricing's own; layer plans leave it as Megatron's); 0 for an
+        MoE model, whose classes read nothing of this module."""
+        key = ("head", g, tp, cp)
+        got = self.memo.get(key)
+        if got is None:
+            fb, inst = self.fb, self.inst
+            got = np.zeros((len(fb.mbs), len(fb.idx)))
+            if inst.model.moe is None:
+                got[:] = np.inf
+                for bi, b in enumerate(fb.mbs.astype(int).tolist()):
+                    for sp, rc in itertools.product(self.sps(tp, cp), fb.recompute):
+                        o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc,
+                                       classes=(ClassShape(replicas=1, stage_groups=(g,)),))
+                        for si, i in enumerate(fb.idx):
+                            got[bi, si] = min(got[bi, si], stage_floor_terms(inst, i, o, 0, g, fb.layer_plans,
+                                                                             fb.memo)[2])
+                got = np.maximum(got, 0.0)
+            self.memo[key] = got
+        return got
+
     def stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
         """a: one layer's least stash for one micro-batch on group g, fragmentation included:
         Megatron's, or with per-operator partitions the least of it and every layer plan's
@@ -143,29 +175,40 @@ class RecomputeFloor:
 
     def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int) -> tuple:
         """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _rows, arrays of pp;
-        `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms every, state and c, so
-        that rows alike at other ranks or ZeRO stages (the ranks enter only through ZeRO's
-        sharding of the state and the ring's existence, both ranks >= 2 cp) are built, and
-        read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with classes_per_group 2
-        read them at each family's and layout's ranks)."""
-        inst = self.inst
-        lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                           zero_ranks=2 * cp)
-        hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
-                                           zero_ranks=max(most_ranks, 2 * cp))
-        every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
-        key = ("row", g, tp, cp, pp, b, sp, every, state, c)
+        `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms room, state and c
+        (stage_terms), so that rows alike at other ranks or ZeRO stages (the ranks enter only
+        through ZeRO's sharding of the state and the ring's existence, both ranks >= 2 cp) are
+        built, and read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with
+        classes_per_group 2 read them at each family's and layout's ranks)."""
+        room, state, a, c = self.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks)
+        key = ("row", g, tp, cp, pp, b, sp, room, state, c)
         got = self.memo.get(key)
         if got is None:
-            cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
             flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
-            a = max(self.stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
             held = state + flight * a
             slope = held / (flight * (a - c))
             if self.fb.slot_c > 0:  # the end stages: their state alone (module docstring)
                 held[[0, -1]], slope[[0, -1]] = state, np.inf
-            got = self.memo[key] = (np.full(pp, cap - every), held, slope)
+            got = self.memo[key] = (np.full(pp, room), held, slope)
         return key, got
+
+    def stage_terms(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int,
+                    most_ranks: int) -> tuple[float, float, float, float]:
+        """(room, state, a, c) of a stage on group g in a pipeline of pp stages, as _row reads
+        them (each at its least over the ranks 2 cp .. most_ranks, the stash a at least c)."""
+        key = ("stage terms", g, tp, cp, pp, b, sp, z, most_ranks)
+        got = self.memo.get(key)
+        if got is None:
+            inst = self.inst
+            lo = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                               zero_ranks=2 * cp)
+            hi = micro_batch_lower_bound_terms(inst, tp=tp, cp=cp, pp=pp, dp=1, micro_batch=b, sp=sp, zero=z,
+                                               zero_ranks=max(most_ranks, 2 * cp))
+            every, state, c = min(lo[0], hi[0]), min(lo[2], hi[2]), hi[3]
+            cap = inst.cluster.groups[g].gpu.hbm_bytes - inst.search.memory_reserve_bytes
+            a = max(self.stash_bytes(g, b, tp, cp, sp), c * (1 + 1e-12))  # recomputing frees >= 0
+            got = self.memo[key] = (cap - every, state, a, c)
+        return got
 
     def _keyed_rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
         """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row)."""
@@ -189,18 +232,21 @@ class RecomputeFloor:
         todo = {k: row for k, row in keyed if ("slowest", k, no_rc) not in self.memo}
         if not todo:
             return
-        fs, rhos = [], []
+        fs, rhos, heads = [], [], []
         for k in todo:
-            g, tp, cp, bi = k[1], k[2], k[3], self._mb_index(k[5])
+            g, tp, cp, pp, bi = k[1], k[2], k[3], k[4], self._mb_index(k[5])
             f = self.fb.floor(g, tp, cp)[bi]
             fs.append(f)
             rhos.append(0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi])
+            head = np.zeros((len(f), pp))
+            head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
+            heads.append(head)
         keys, rows = list(todo), list(todo.values())
         for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
             part = slice(lo, lo + 32)
             room, held, slope = (np.stack([row[x] for row in rows[part]]) for x in range(3))
             got = slowest_stage_each_s(room, held, slope, int(self.inst.model.layers), np.stack(fs[part])[..., None],
-                                       np.stack(rhos[part])[..., None])
+                                       np.stack(rhos[part])[..., None], head=np.stack(heads[part]))
             for k, each in zip(keys[part], got.tolist()):
                 self.memo["slowest", k, no_rc] = each
 
@@ -264,8 +310,9 @@ class RecomputeFloor:
                 for si in range(f.shape[1]):
                     for x in each:
                         slowest[bi, si] = min(slowest[bi, si], x[si])
-            slowest = np.maximum(slowest, least)  # (a relaxation never below the plain floor's)
-            total = L * f + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
+            head = self.head_s(g, tp, cp)
+            slowest = np.maximum(slowest, least + head / pp)  # (a relaxation never below the plain floor's)
+            total = L * f + head + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
             with np.errstate(divide="ignore", invalid="ignore"):
                 rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
                 bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
@@ -286,7 +333,7 @@ class RecomputeFloor:
 
 
 def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
-                         rho: np.ndarray, every_stage: bool = True) -> np.ndarray:
+                         rho: np.ndarray, every_stage: bool = True, head: np.ndarray | None = None) -> np.ndarray:
     """A*: the least slowest-stage time of any split of `layers` (integers, each stage >= 1)
     over stages whose time is at least t_s(n) = n f + rho ceil(rho_s(n)) for n layers (r_s
     >= rho_s(n) recomputed, an integer; module docstring), n up to where every layer is
@@ -310,7 +357,15 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
     `every_stage` False: the stages are places a pipeline may leave empty (search.idle_gpus,
     solver/bounds/stage_recompute.py): no stage need hold a layer, so a stage that holds none is
     no refusal and its t_s(1) no bound; A* is then the layers-th least alone, at most that of any
-    subset of the places."""
+    subset of the places.
+
+    `head` (broadcast to (rows, k, stages), >= 0): a stage term a_s each stage's time carries
+    beside its layers (the output layer on the last stage: t_s(n) = a_s + n f + ...). A stage of
+    n layers still offers its first n times, each at most its own (t_s grows with n), so the
+    layers-th least stays at most the slowest stage, and the cut above holds (t_s(n) >= n f_s).
+    A stage's time is at least a_s, and at least t_s(1) less a_s where it holds a layer; t_s(1)
+    itself is not read, as the last stage of a split with the loss as a layer slot may hold
+    none of the model's layers (_slot_row in unpriced.py)."""
     stages = room.shape[-1]
     c = -(-layers // stages)
     # rows whose stages hold fewer than `layers` layers in all (each up to where every layer is
@@ -324,27 +379,32 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
         if holds.any():
             out[holds] = slowest_stage_each_s(room[holds], held[holds], slope[holds], layers,
                                               np.broadcast_to(f, (len(room), *f.shape[1:]))[holds],
-                                              np.broadcast_to(rho, (len(room), *rho.shape[1:]))[holds], every_stage)
+                                              np.broadcast_to(rho, (len(room), *rho.shape[1:]))[holds], every_stage,
+                                              None if head is None else
+                                              np.broadcast_to(head, (len(room), *head.shape[1:]))[holds])
         return out
     with np.errstate(divide="ignore", invalid="ignore"):
-        v = _stage_times(room, held, slope, c, f, rho).max(axis=(-2, -1))  # (rows, k); nan, inf: no cut
+        v = _stage_times(room, held, slope, c, f, rho, head).max(axis=(-2, -1))  # (rows, k); nan, inf: no cut
         fmin = np.broadcast_to(f, (*f.shape[:2], stages)).min(axis=-1)
         cut = np.where(np.isfinite(v) & np.isfinite(fmin) & (fmin > 0), np.floor(v / fmin) + 2, layers)
     cols = int(min(layers, max(c, cut.max(initial=c))))
-    t = _stage_times(room, held, slope, cols, f, rho)  # (rows, k, stages, cols)
+    t = _stage_times(room, held, slope, cols, f, rho, head)  # (rows, k, stages, cols)
     kth = np.partition(t.reshape(*t.shape[:2], -1), layers - 1, axis=-1)[..., layers - 1]
     if not every_stage:
         return np.where(np.isfinite(kth), kth, np.inf)
     first = t[..., 0]
     held_one = np.isfinite(first).all(axis=-1)  # else a stage that holds no layer
+    if head is not None:  # each stage at least its own term, and its first layer apart (docstring)
+        ahead = np.broadcast_to(head, first.shape)
+        first = np.maximum(first - ahead, ahead)
     with np.errstate(invalid="ignore"):
         return np.where(held_one & np.isfinite(kth), np.maximum(kth, first.max(axis=-1)), np.inf)
 
 
 def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: int, f: np.ndarray,
-                 rho: np.ndarray) -> np.ndarray:
+                 rho: np.ndarray, head: np.ndarray | None = None) -> np.ndarray:
     """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_each_s), inf past where
-    every layer is recomputed."""
+    every layer is recomputed; `head` each stage's term (None: 0)."""
     per_full = held - held / slope  # a layer's bytes with every layer recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
         top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
@@ -353,6 +413,8 @@ def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: in
         need = np.where(np.isfinite(slope)[..., None], np.maximum((n * held[..., None] - room[..., None]) / freed, 0.0),
                         np.where(n * held[..., None] <= room[..., None], 0.0, np.inf))
         t = n * f[..., None] + rho[..., None] * np.ceil(need - 1e-9)[:, None]
+        if head is not None:
+            t = t + head[..., None]
     return np.where((n <= np.floor(top + 1e-9)[..., None])[:, None], t, np.inf)
 
 
@@ -360,23 +422,47 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
                           most_ranks: int) -> np.ndarray:
     """(micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages on each
     group g (a mixed layout's, beside replica classes: m >= pp, so stage s holds pp - s
-    micro-batches): its stages on g take some counts[g] of the places, whose in-flight counts
-    are at least 1..counts[g], each group read at those (a relaxation: two groups cannot both
-    take the last places), and the end-stage relief of slots on each group's first and last;
-    each stage at its group's floor and recompute, the least over the (sp, ZeRO) rows."""
+    micro-batches), the least over the orders of its groups (class_layouts lists the class in
+    each: its stages on a group contiguous, option_families._layouts_of): in one order every
+    stage's place, so its in-flight count, is known, and so are the two end stages (the slots'
+    relief) and the last stage's group, whose output layer that stage runs (head_s). Each stage
+    at its group's floor and recompute, memory read at the class's depth; the least over the
+    (sp, ZeRO) rows, all of one call (slowest_stage_each_s)."""
     fb, L = rc.fb, rc.inst.model.layers
     if not zeros or any(rc._plain(g, tp, cp, c, zeros) for g, c in counts.items()):
         return np.zeros((len(fb.mbs), len(fb.idx)))
-    rows = {g: rc._rows(g, tp, cp, c, tuple(zeros), most_ranks) for g, c in counts.items()}
+    pp = sum(counts.values())
+    modes = list(itertools.product(rc.sps(tp, cp), zeros))
+    mbs = fb.mbs.astype(int).tolist()
+    terms = {(g, bi, mi): rc.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks)
+             for g in counts for bi, b in enumerate(mbs) for mi, (sp, z) in enumerate(modes)}
     floors = {g: fb.floor(g, tp, cp) for g in counts}
     rcs = {g: rc.rc_fwd_s(g, tp, cp) for g in counts}
+    heads = {g: rc.head_s(g, tp, cp) for g in counts}
+    flight = np.arange(pp, 0, -1, dtype=float)  # pp - s at place s
+    rooms, helds, slopes, fs, rhos, hs, at = [], [], [], [], [], [], []
+    for order in itertools.permutations(counts):
+        stage_g = [g for g in order for _ in range(counts[g])]
+        for bi in range(len(mbs)):
+            f = np.stack([floors[g][bi] for g in stage_g], axis=-1)  # (scenarios, stages)
+            rho = np.stack([rcs[g][bi] for g in stage_g], axis=-1)
+            head = np.zeros_like(f)
+            head[:, -1] = heads[order[-1]][bi]
+            for mi in range(len(modes)):
+                room, state, a, c = (np.array([terms[g, bi, mi][x] for g in stage_g]) for x in range(4))
+                held = state + flight * a
+                slope = held / (flight * (a - c))
+                if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
+                    held[[0, -1]], slope[[0, -1]] = state[[0, -1]], np.inf
+                rooms.append(room)
+                helds.append(held)
+                slopes.append(slope)
+                fs.append(f)
+                rhos.append(rho)
+                hs.append(head)
+                at.append(bi)
+    each = slowest_stage_each_s(np.stack(rooms), np.stack(helds), np.stack(slopes), L, np.stack(fs), np.stack(rhos),
+                                head=np.stack(hs))  # (rows, scenarios)
     out = np.full((len(fb.mbs), len(fb.idx)), np.inf)
-    for bi in range(len(fb.mbs)):
-        for mode in range(len(next(iter(rows.values()))[bi])):
-            room, held, slope = (np.concatenate([rows[g][bi][mode][x] for g in counts]) for x in range(3))
-            f = np.concatenate([np.repeat(floors[g][bi][:, None], c, axis=1) for g, c in counts.items()], axis=1)
-            rho = np.concatenate([np.repeat(rcs[g][bi][:, None], c, axis=1) for g, c in counts.items()], axis=1)
-            each = slowest_stage_each_s(room[None], held[None], slope[None], L, f[None], rho[None])[0].tolist()
-            for si in range(len(fb.idx)):
-                out[bi, si] = min(out[bi, si], each[si])
+    np.minimum.at(out, np.array(at, np.int64), each)
     return out
