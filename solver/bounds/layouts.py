@@ -326,15 +326,14 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
         blk = np.array([k for _, _, rows in pairs for k in rows], np.int64)
         vs = [v for v, _, rows in pairs for _ in rows]
         zs = [z for _, z, rows in pairs for _ in rows]
-        col = lambda values: np.array(values, float)[:, None, None]  # noqa: E731
         D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(blk.tolist(), zs, vs)]),
                               np.stack([items[k][5][z, v][1] for k, z, v in zip(blk.tolist(), zs, vs)]),
                               np.array([v in items[k][6] for k, v in zip(blk.tolist(), vs)], bool), L)
         A = np.stack([kept[k][0] for k in blk.tolist()])
         S = np.stack([kept[k][1] for k in blk.tolist()])
-        bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], col([items[k][3] for k in blk.tolist()]),
-                       col([float(pp) if v > 1 else 1.0 for v in vs]), col([items[k][4] for k in blk.tolist()]),
-                       col(vs), False) * (1 - TIE_MARGIN)
+        bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in blk.tolist()]),
+                       _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in blk.tolist()]),
+                       _column(vs), False) * (1 - TIE_MARGIN)
         zero = np.zeros(n)
         # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
         b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
@@ -359,6 +358,11 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
                 best[k] = np.minimum(best[k], kp[3][v][0] if v in kp[3] else np.zeros(n))
     agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
     return agg_b * factor
+
+
+def _column(values) -> np.ndarray:
+    """Per-row numbers as relaxed_s' (rows, 1, 1) operands."""
+    return np.array(values, float)[:, None, None]
 
 
 def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
@@ -436,9 +440,9 @@ def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: li
         M += [items[k][8] for k in rows.tolist()]
         lo += [float(pp) if v > 1 else 1.0] * len(rows)
         vv += [float(v)] * len(rows)
-    col = lambda values: np.array(values, float)[:, None, None]  # noqa: E731
     A_, S_ = np.concatenate(A_), np.concatenate(S_)
-    b = relaxed_s(A_[:, :, None], S_[:, :, None], np.zeros((len(A_), n, 1)), col(x), col(lo), col(M), col(vv), False)
+    b = relaxed_s(A_[:, :, None], S_[:, :, None], np.zeros((len(A_), n, 1)), _column(x), _column(lo), _column(M),
+                  _column(vv), False)
     fd = np.concatenate(_fill_drain_rows(fd_rows, L))
     b = np.maximum(b, fd)
     at = 0
