@@ -53,6 +53,7 @@ import numpy as np
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
+from paraplan.solver.bounds import fill_drain
 from paraplan.solver.bounds.fill_drain import TIE_MARGIN, fill_drain_s
 from paraplan.solver.bounds.plan_sync import layer_sync_floors
 from paraplan.solver.bounds.unpriced import floor_bounds_s, stage_floor_terms
@@ -61,12 +62,15 @@ from paraplan.solver.bounds.stage_families import group_factor
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 
 
-def _factor_memo(inst):
+def _factor_memo(inst, memo: dict | None = None):
     """The quantile factor of a block's configurations per ZeRO stage of the block, {ZeRO
     stage: factor} (trust.objective_factor_of reads the GPU types used, ZeRO, cp and the deepest
-    class: kept by those; a block fixes all of them but ZeRO)."""
-    factors: dict[tuple, float] = {}
-    reads: dict[int, tuple] = {}  # id(classes) -> (groups used, deepest class up to 2)
+    class: kept by those; a block fixes all of them but ZeRO). Kept in `memo` (the floors'
+    memo, one per instance) where given, so that the calls of one search read each factor once
+    (issue 33: the 4 x 16 row asked 3,738 group factors again over 1,482 calls)."""
+    store = memo.setdefault(("layout factors",), ({}, {})) if memo is not None else ({}, {})
+    factors: dict[tuple, float] = store[0]
+    reads: dict[int, tuple] = store[1]  # id(classes) -> (classes, groups used, deepest class up to 2)
 
     def per_zero(b) -> dict[int, float]:
         got = reads.get(id(b.classes))
@@ -89,7 +93,7 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
     aggregated as `agg` (solver/search.scenario_weights); inf for a block of no configuration.
     `memo`: unpriced.floor_bounds_s's."""
     out = np.full(len(blocks), np.inf)
-    factors_of = _factor_memo(inst)
+    factors_of = _factor_memo(inst, memo)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
     # representatives by the flags their floors take the least over (a call of floor_bounds_s each)
     reps: dict[tuple, list] = defaultdict(list)  # (sp flags, recompute modes) -> [(block, outer, factor)]
@@ -207,25 +211,25 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     layer_memo = {} if layer_memo is None else layer_memo
     net = NetEfficiency()
     read_syncs = per_mode is not None
-    syncs: dict[tuple, dict] = {}  # _least_syncs'
     out = np.full(len(blocks), np.inf)
-    factors_of = _factor_memo(inst)
+    factors_of = _factor_memo(inst, memo)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
-    # (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) -> (t_g, h_g)
-    per_group: dict[tuple, tuple[float, float]] = {}
+    # what the blocks read, kept by what it reads in `memo` (one per instance), so that the
+    # calls of one search read each once (issue 33: the 4 x 16 row bounds 15.6 blocks a call):
+    # _least_syncs'; (scenario, group, its tp, cp, micro-batch, sp flags, recompute modes) ->
+    # (t_g, h_g); per stage-group tuple its distinct groups and each stage's index among them
+    # (the 1,885 blocks of GPT-3 175B / 1,024 A100 repeat a few dozen tuples of up to 96
+    # stages); _slot_terms per (the block's (v, slots) modes, whether it runs through several
+    # groups): the blocks repeat a few dozen of them
+    syncs, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
     fresh: dict[int, list] = defaultdict(list)  # pp -> the blocks whose sync-free terms are not kept yet
     by_pp: dict[int, list] = defaultdict(list)
-    # per stage-group tuple: its distinct groups and each stage's index among them, read once
-    # (the 1,885 blocks of GPT-3 175B / 1,024 A100 repeat a few dozen tuples of up to 96 stages)
-    places: dict[tuple, tuple] = {}
-    # _slot_terms per (the block's (v, slots) modes, whether it runs through several groups):
-    # the blocks repeat a few dozen of them
-    slot_terms: dict[tuple, tuple] = {}
     for bi, b in enumerate(blocks):
         ty = b.tally
         if ty.first is None:
             continue
         c = b.classes[0]
+        pp = len(c.stage_groups)
         place = places.get(c.stage_groups)
         if place is None:
             uniq = tuple(dict.fromkeys(c.stage_groups))
@@ -237,13 +241,14 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
         e, l_, vs, plain, slotted = slots
         if _kept_terms(memo, b, idx) is None:
-            t = np.empty((n, c.pp))
+            t = np.empty((n, pp))
             h = np.empty(n)
             alts = None
+            tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
             for si, i in enumerate(idx):
                 tg = {}
                 for g in uniq:
-                    key = (i, g, b.tp_of(g), b.cp, b.micro_batch, ty.sps, b.recompute)
+                    key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute)
                     got = per_group.get(key)
                     if got is None:
                         if alts is None:
@@ -255,15 +260,46 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
                     tg[g] = got
                 t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
                 h[si] = tg[c.stage_groups[-1]][1]
-            fresh[c.pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
+            fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
         # (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each
         gd = _block_syncs(inst, b, idx, uniq, where, syncs, memo, layer_memo, net) if read_syncs else {}
-        by_pp[c.pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, gd, slotted))
-    for items in fresh.values():
-        _keep_terms(memo, idx, items, L)
+        by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, gd, slotted))
+    if fresh:
+        _keep_terms(memo, idx, fresh, L)
+    if not read_syncs:
+        _plain_bounds(memo, idx, by_pp, agg, weights, out)
+        return out
     for pp, items in by_pp.items():
         out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode)
     return out
+
+
+def _plain_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, out: np.ndarray) -> None:
+    """_pp_bounds of blocks read without syncs (stage_bound_rows' `by_pp`), into `out`: per
+    block the least over its v of the kept relaxed_s (raised by fill_drain), aggregated over
+    scenarios, times its least quantile factor; every pp at once (the least is taken element by
+    element, exact in any order), aggregated per pp as _pp_bounds does (the same rows in the
+    same order: a weighted sum's dot product keeps its shape)."""
+    n = len(idx)
+    blocks = [it for items in by_pp.values() for it in items]
+    kept = [_kept_terms(memo, it[1], idx) for it in blocks]
+    terms, owner = [], []
+    for k, (it, kp) in enumerate(zip(blocks, kept)):
+        for v in it[2]:
+            terms.append(kp[3][v][0])
+            owner.append(k)
+    best = np.full((len(blocks), n), np.inf)
+    if terms:
+        np.minimum.at(best, np.array(owner, np.int64), np.stack(terms))
+    factor = np.array([min(kp[2].values()) for kp in kept])
+    if agg == "max":
+        agg_b = best.max(-1)
+    else:
+        agg_b, at, w = np.empty(len(blocks)), 0, np.asarray(weights, float)
+        for items in by_pp.values():
+            agg_b[at:at + len(items)] = best[at:at + len(items)] @ w
+            at += len(items)
+    out[[it[0] for it in blocks]] = agg_b * factor
 
 
 def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: str, weights,
@@ -273,48 +309,60 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
     slowest sync D, aggregated over scenarios, times that ZeRO stage's quantile factor (the
     block fixes every other feature the factor reads; a v read without syncs, times the least
     over the block's ZeRO stages); each (ZeRO stage, v)'s own bound kept in `per_mode` where
-    given."""
+    given. Every (ZeRO stage, v)'s rows at once: _least_sync_split and relaxed_s read each row
+    alone, the least is taken element by element, and a weighted sum over scenarios is taken
+    on each (ZeRO stage, v)'s rows as they stand (the same floats as a pass per pair)."""
     n = len(idx)
     kept = [_kept_terms(memo, it[1], idx) for it in items]
-    A = np.stack([k[0] for k in kept])  # (rows, scenarios)
-    S = np.stack([k[1] for k in kept])
     N = len(items)
-    x = np.array([it[3] for it in items], float)[:, None, None]
-    M = np.array([it[4] for it in items], float)[:, None, None]
     factor = np.array([min(k[2].values()) for k in kept])
     best = np.full((N, n), np.inf)  # in units of each block's least factor
-    for v in sorted({v for it in items for v in it[2]}):
-        has = np.array([v in it[2] for it in items])
-        lo = np.full((N, 1, 1), float(pp) if v > 1 else 1.0)
+    # the (v, ZeRO stage) pairs in order, each with its rows
+    pairs = [(v, z, [k for k, it in enumerate(items) if (z, v) in it[5]])
+             for v in sorted({v for it in items for v in it[2]})
+             for z in sorted({z for it in items for z, w in it[5] if w == v})]
+    covered = {(k, v) for v, _, rows in pairs for k in rows}
+    if pairs:
+        blk = np.array([k for _, _, rows in pairs for k in rows], np.int64)
+        vs = [v for v, _, rows in pairs for _ in rows]
+        zs = [z for _, z, rows in pairs for _ in rows]
+        D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(blk.tolist(), zs, vs)]),
+                              np.stack([items[k][5][z, v][1] for k, z, v in zip(blk.tolist(), zs, vs)]),
+                              np.array([v in items[k][6] for k, v in zip(blk.tolist(), vs)], bool), L)
+        A = np.stack([kept[k][0] for k in blk.tolist()])
+        S = np.stack([kept[k][1] for k in blk.tolist()])
+        bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in blk.tolist()]),
+                       _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in blk.tolist()]),
+                       _column(vs), False) * (1 - TIE_MARGIN)
+        zero = np.zeros(n)
         # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
-        b = np.stack([k[3][v][0] if v in k[3] else np.zeros(n) for k in kept])
-        fd = np.stack([k[3][v][1] if v in k[3] else np.zeros(n) for k in kept])
-        covered = np.zeros(N, bool)
-        for z in sorted({z for it in items for z, w in it[5] if w == v}):
-            rows, D = _mode_syncs(items, z, v, L)
-            bz = relaxed_s(A[rows, :, None], S[rows, :, None], D[:, :, None], x[rows], lo[rows], M[rows],
-                           float(v), False) * (1 - TIE_MARGIN)
-            bz = np.maximum(b[rows], np.maximum(bz, np.where(fd[rows] > 0, fd[rows] + D * (1 - TIE_MARGIN), 0.0)))
-            # the configurations of ZeRO stage z take its factor, at least the block's least
-            fz = np.array([kept[k][2][z] for k in rows.tolist()])
-            best[rows] = np.minimum(best[rows], bz * (fz / factor[rows])[:, None])
-            covered[rows] = True
-            if per_mode is not None:
-                lbz = (bz.max(-1) if agg == "max" else bz @ np.asarray(weights, float)) * fz
-                for k, lb in zip(rows.tolist(), lbz.tolist()):
+        b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
+        fd = np.stack([kept[k][3][v][1] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
+        bz = np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
+        # the configurations of ZeRO stage z take its factor, at least the block's least
+        fz = np.array([kept[k][2][z] for k, z in zip(blk.tolist(), zs)])
+        np.minimum.at(best, blk, bz * (fz / factor[blk])[:, None])
+        if per_mode is not None:
+            w = np.asarray(weights, float)
+            at = 0
+            for v, z, rows in pairs:
+                r = slice(at, at + len(rows))
+                lbz = (bz[r].max(-1) if agg == "max" else bz[r] @ w) * fz[r]
+                for k, lb in zip(rows, lbz.tolist()):
                     per_mode[items[k][0], z, v] = lb
-        best = np.where((has & ~covered)[:, None], np.minimum(best, b), best)  # (none: every v has a ZeRO stage)
+                at += len(rows)
+    # a v no ZeRO stage covers (none: every v has one) reads its kept relaxed_s
+    for k, (it, kp) in enumerate(zip(items, kept)):
+        for v in it[2]:
+            if (k, v) not in covered:
+                best[k] = np.minimum(best[k], kp[3][v][0] if v in kp[3] else np.zeros(n))
     agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
     return agg_b * factor
 
 
-def _mode_syncs(items: list, z: int, v: int, L: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of `items` (_pp_bounds') that run ZeRO stage z with v, and their least
-    slowest sync D over the integer splits (_least_sync_split), per scenario."""
-    rows = np.array([k for k, it in enumerate(items) if (z, v) in it[5]], np.int64)
-    return rows, _least_sync_split(np.stack([items[k][5][z, v][0] for k in rows]),
-                                   np.stack([items[k][5][z, v][1] for k in rows]),
-                                   np.array([v in items[k][6] for k in rows], bool), L)
+def _column(values) -> np.ndarray:
+    """Per-row numbers as relaxed_s' (rows, 1, 1) operands."""
+    return np.array(values, float)[:, None, None]
 
 
 def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
@@ -327,52 +375,102 @@ def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
     return got[1] if got is not None and got[0] is b else None  # the partial layouts hold their blocks
 
 
-def _keep_terms(memo: dict, idx: list[int], items: list, L: int) -> None:
-    """stage_bound_rows' sync-free terms of blocks `items` of one pp, (block, floors t
-    (scenarios, pp), output layer h (scenarios), e, l, factor per ZeRO stage, v values, replicas,
-    micro-batches, the v fill_drain reads) each, kept in `memo` (_kept_terms)."""
+def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int) -> None:
+    """stage_bound_rows' sync-free terms of blocks `fresh` (pp -> its blocks' (block, floors t
+    (scenarios, pp), output layer h (scenarios), e, l, factor per ZeRO stage, v values,
+    replicas, micro-batches, the v fill_drain reads) each), kept in `memo` (_kept_terms).
+    relaxed_s and fill_drain_s read each row alone, so the rows of every pp and v are priced in
+    one call of each (_fill_drain_rows): the same floats as a call per pp and v, with the fixed
+    cost of a call paid once (issue 33: the 4 x 16 row set up 9.6 blocks per call)."""
     n = len(idx)
-    t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
-    h = np.stack([x[2] for x in items])  # (rows, scenarios)
-    pp = t.shape[2]
-    a = np.zeros_like(t)
-    a[:, :, -1] += h
-    N = len(items)
-    flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
-    A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
-    tmin, tmax = t.min(axis=2), t.max(axis=2)
-    e = np.array([x[3] for x in items], float)[:, None]
-    l_ = np.array([x[4] for x in items], float)[:, None]
-    S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
-    x = np.array([x[7] for x in items], float)[:, None, None]
-    M = np.array([x[8] for x in items], float)[:, None, None]
-    per_v: list[dict] = [{} for _ in items]
-    for v in sorted({v for it in items for v in it[6]}):
-        has = np.array([v in it[6] for it in items])
-        rows = np.flatnonzero(has)
-        lo = np.full((len(rows), 1, 1), float(pp) if v > 1 else 1.0)
-        b = relaxed_s(A[rows, :, None], S[rows, :, None], np.zeros((len(rows), n, 1)), x[rows], lo, M[rows],
-                      float(v), False)
-        fd = _fill_drain_rows([items[k] for k in rows], t[rows], h[rows], L, v, np.ones(len(rows), bool))
-        b = np.maximum(b, fd)
+    kept = []  # per pp: (items, A, S, pp)
+    rel = []  # per (pp, v): (its kept entry, rows, v) of relaxed_s' and fill_drain's rows
+    fd_rows = []  # per (pp, v): _fill_drain_rows' batch
+    for pp, items in fresh.items():
+        t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
+        h = np.stack([x[2] for x in items])  # (rows, scenarios)
+        a = np.zeros_like(t)
+        a[:, :, -1] += h
+        N = len(items)
+        flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
+        A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
+        tmin, tmax = t.min(axis=2), t.max(axis=2)
+        e = np.array([x[3] for x in items], float)[:, None]
+        l_ = np.array([x[4] for x in items], float)[:, None]
+        S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
+        kept.append((items, A, S, pp))
+        kinds = None  # _stage_kinds of every row of this pp, read where some v reads fill_drain
+        for v in sorted({v for it in items for v in it[6]}):
+            rows = np.flatnonzero(np.array([v in it[6] for it in items]))
+            rel.append((len(kept) - 1, rows, v))
+            # the rows that run v with no embedding / loss slot
+            fill = [r for r, k in enumerate(rows.tolist()) if v in items[k][9]]
+            terms = None
+            if fill:
+                blk = rows[fill]
+                if kinds is None:
+                    kinds = _stage_kinds(t, h)
+                if kinds[0].shape[1] <= MERGED_KINDS:  # (padding leaves its rows' floats: MERGED_KINDS)
+                    terms = tuple(x[(blk[:, None] * n + np.arange(n)).reshape(-1)] for x in kinds)
+                else:  # the batch as it is: its own kinds
+                    terms = _stage_kinds(t[blk], h[blk])
+                # at their one class's micro-batch count m = M / x (v m in the interleaved form:
+                # fill_drain's module docstring)
+                m = np.repeat(np.array([max(items[k][8] / items[k][7], 1.0) * v for k in blk.tolist()], float), n)
+                terms = (*terms, m)
+            fd_rows.append((len(rows), n, pp, v, fill, terms))
+    per_v: list[list[dict]] = [[{} for _ in k[0]] for k in kept]
+    if rel:
+        _per_v_terms(kept, rel, fd_rows, n, L, per_v)
+    for (items, A, S, _), pv in zip(kept, per_v):
+        for k, it in enumerate(items):
+            memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], pv[k]))
+
+
+def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: list) -> None:
+    """_keep_terms' (relaxed_s of A and S, fill_drain's J / v or 0) of every (pp, v) of `rel`,
+    into per_v[kept entry][row][v]: one relaxed_s of one class, row by row ((rows, scenarios,
+    1) each, per-row x, lo, M and v), and one _fill_drain_rows."""
+    A_, S_, x, lo, M, vv = [], [], [], [], [], []
+    for ki, rows, v in rel:
+        items, A, S, pp = kept[ki]
+        A_.append(A[rows])
+        S_.append(S[rows])
+        x += [items[k][7] for k in rows.tolist()]
+        M += [items[k][8] for k in rows.tolist()]
+        lo += [float(pp) if v > 1 else 1.0] * len(rows)
+        vv += [float(v)] * len(rows)
+    A_, S_ = np.concatenate(A_), np.concatenate(S_)
+    b = relaxed_s(A_[:, :, None], S_[:, :, None], np.zeros((len(A_), n, 1)), _column(x), _column(lo), _column(M),
+                  _column(vv), False)
+    fd = np.concatenate(_fill_drain_rows(fd_rows, L))
+    b = np.maximum(b, fd)
+    at = 0
+    for ki, rows, v in rel:
         for r, k in enumerate(rows.tolist()):
-            per_v[k][v] = (b[r], fd[r])
-    for k, it in enumerate(items):
-        memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], per_v[k]))
+            per_v[ki][k][v] = (b[at + r], fd[at + r])
+        at += len(rows)
 
 
 def _block_syncs(inst, b, idx: list[int], uniq: tuple, where: np.ndarray, syncs: dict, memo: dict,
                  layer_memo: dict, net) -> dict:
     """(ZeRO stage, v) -> (g, d) per scenario of `idx` and stage of block b (each (scenarios,
     pp)), its stages on groups uniq[where]: _least_syncs of each group."""
+    n = len(idx)
     gd: dict[tuple, tuple] = {}
     for si, i in enumerate(idx):
         least = [_least_syncs(inst, b, i, g, syncs, memo, layer_memo, net) for g in uniq]
-        for mode in least[0]:
+        modes = list(least[0])
+        # (modes, 2, groups) -> (modes, 2, stages): every mode's g and d in one array
+        per = np.array([[[x[mode][0] for x in least], [x[mode][1] for x in least]] for mode in modes])[:, :, where]
+        if n == 1:  # (each (1, stages), views of `per`)
+            gd.update((mode, (gd_[0:1], gd_[1:2])) for mode, gd_ in zip(modes, per))
+            continue
+        for mode, gd_ in zip(modes, per):
             if mode not in gd:
-                gd[mode] = (np.empty((len(idx), len(where))), np.empty((len(idx), len(where))))
-            gd[mode][0][si] = np.array([x[mode][0] for x in least])[where]
-            gd[mode][1][si] = np.array([x[mode][1] for x in least])[where]
+                gd[mode] = (np.empty((n, len(where))), np.empty((n, len(where))))
+            gd[mode][0][si] = gd_[0]
+            gd[mode][1][si] = gd_[1]
     return gd
 
 
@@ -455,20 +553,13 @@ def _slot_terms(vslots: tuple, several_groups: bool) -> tuple[int, int, tuple, f
     return int(max(x[1] for x in vslots)), int(max(x[2] for x in vslots)), vs, plain, slotted
 
 
-def _fill_drain_rows(items: list, t: np.ndarray, h: np.ndarray, layers: int, v: int, has: np.ndarray) -> np.ndarray:
-    """(rows, scenarios): fill_drain.fill_drain_s / v of the rows (stage_bound_rows' items, of
-    floors t: (rows, scenarios, pp) and output layer h on the last stage) that run v with no
-    embedding / loss slot, at their one class's micro-batch count m = M / x (v m in the
-    interleaved form: fill_drain's module docstring); 0 (no bound) elsewhere. The stages before
-    the last enter as kinds (one per distinct floor, with its count), so the bound is symmetric
-    in them as A is, and holds for every order the row stands for; lowered by TIE_MARGIN."""
-    N, n, pp = t.shape
-    out = np.zeros((N, n))
-    rows = [k for k, it in enumerate(items) if has[k] and v in it[9]]
-    if not rows:
-        return out
-    m = np.repeat(np.array([max(items[k][8] / items[k][7], 1.0) * v for k in rows], float), n)
-    flat = t[rows].reshape(-1, pp)
+def _stage_kinds(t: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """fill_drain_s' (a, t, count), each (rows x scenarios, K), of floors t (rows, scenarios,
+    pp) and output layer h (rows, scenarios) on the last stage: the stages before the last
+    enter as kinds (one per distinct floor, with its count), so the bound is symmetric in them
+    as A is, and holds for every order the row stands for; the last stage is kind K - 1."""
+    pp = t.shape[2]
+    flat = t.reshape(-1, pp)
     R = len(flat)
     srt = np.sort(flat[:, :-1], axis=1)
     new = np.ones(srt.shape, bool)
@@ -481,7 +572,48 @@ def _fill_drain_rows(items: list, t: np.ndarray, h: np.ndarray, layers: int, v: 
         r = np.broadcast_to(np.arange(R)[:, None], kind.shape)
         np.add.at(count, (r, kind), 1.0)
         tk[r[new], kind[new]] = srt[new]
-    count[:, -1], tk[:, -1], ak[:, -1] = 1.0, flat[:, -1], h[rows].reshape(-1)
-    j = fill_drain_s(ak, tk, count, layers, m)
-    out[rows] = j.reshape(len(rows), n) / v * (1 - TIE_MARGIN)
+    count[:, -1], tk[:, -1], ak[:, -1] = 1.0, flat[:, -1], h.reshape(-1)
+    return ak, tk, count
+
+
+# kinds per row up to which _fill_drain_rows prices batches of several pp and v in one call:
+# fill_drain_s' sums over the kinds (numpy's add.reduce) add fewer than 8 terms one by one,
+# so the zeros of the absent kinds a wider batch pads with leave each row's floats as they
+# are; at 8 and more numpy sums in 8 lanes, and a padded row may round otherwise
+MERGED_KINDS = 7
+
+
+def _fill_drain_rows(batches: list, layers: int) -> list[np.ndarray]:
+    """Per batch (rows, scenarios, pp, v, the rows read, their kinds (a, t, count: _stage_kinds)
+    and m, or None), (rows, scenarios): fill_drain.fill_drain_s / v of the rows read, 0 (no
+    bound) on the others; lowered by TIE_MARGIN. The batches of at most MERGED_KINDS kinds and
+    the same window (fill_drain_s' min(layers - pp + 1, WINDOW_LEVELS)) are priced in one call,
+    each row capped at its own layers - pp + 1 (the cap fill_drain_s gives a batch of one pp):
+    the same floats as a call per batch."""
+    out = [np.zeros((N, n)) for N, n, _, _, _, _ in batches]
+    calls: dict[tuple, list[int]] = defaultdict(list)
+    for bi, (_, _, pp, _, _, terms) in enumerate(batches):
+        if terms is not None:
+            K = terms[0].shape[1]
+            calls[min(layers - pp + 1, fill_drain.WINDOW_LEVELS), bi if K > MERGED_KINDS else -1].append(bi)
+    for members in calls.values():
+        K = max(batches[bi][5][0].shape[1] for bi in members)
+        R = sum(len(batches[bi][5][3]) for bi in members)
+        # the absent kinds: count 0 (fill_drain_s' convention), appended after the row's own
+        ak, tk, count, caps = np.zeros((R, K)), np.ones((R, K)), np.zeros((R, K)), np.empty((R, K))
+        m = np.empty(R)
+        at = 0
+        for bi in members:
+            a_, t_, c_, m_ = batches[bi][5]
+            r, k = a_.shape
+            ak[at:at + r, :k], tk[at:at + r, :k], count[at:at + r, :k] = a_, t_, c_
+            caps[at:at + r], m[at:at + r] = float(layers - batches[bi][2] + 1), m_
+            at += r
+        j = fill_drain_s(ak, tk, count, layers, m, caps)
+        at = 0
+        for bi in members:
+            N, n, pp, v, rows, terms = batches[bi]
+            r = len(terms[3])
+            out[bi][rows] = j[at:at + r].reshape(len(rows), n) / v * (1 - TIE_MARGIN)
+            at += r
     return out

@@ -214,6 +214,7 @@ class FamilyBounds:
     recompute: tuple  # the listing's recompute modes
     floors: dict = field(default_factory=dict)  # (g, tp, cp) -> (mb sizes, scenarios) least floors
     factors: dict = field(default_factory=dict)
+    group_tps: dict = field(default_factory=dict)  # g -> tp_values(inst, (g,)), read once (tpg_at)
 
     def __post_init__(self) -> None:
         inst = self.inst
@@ -378,7 +379,7 @@ class FamilyBounds:
         choices); else the least bound of its tp choices (combos)."""
         if not self.inst.search.idle_gpus and self.v_max < 2:
             return self.fill_drain_family(fam)
-        _, bounds = self.combos(fam)
+        _, bounds, _ = self._combos(fam, least=True)
         return float(bounds.min()) if bounds.size else float("inf")
 
     def fill_drain_family(self, fam: StageFamily) -> float:
@@ -420,10 +421,17 @@ class FamilyBounds:
         index, bound, _ = self._combos(fam)
         return index, bound
 
-    def _combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray, tuple]:
+    def _combos(self, fam: StageFamily, least: bool = False) -> tuple[np.ndarray, np.ndarray, tuple | None]:
         """combos, and the terms fill_drain_choices reads: (z at v = 1, z's least at v > 1,
         the choices' stages per group (choices, groups), floors (choices, groups, mbs,
-        scenarios), whether each (choice, mb) holds a configuration, the quantile factor)."""
+        scenarios), whether each (choice, mb) holds a configuration, the quantile factor).
+        `least` (bound's): only the least of the bounds is exact, and no terms: under a worst
+        case over scenarios each choice's bound without its slowest stage with forced recompute
+        (stage_recompute.py; 0 in its place) is at most its own (every term grows with it, float
+        rounding included), so the choices are read with it best first, and the others, at
+        least the least so far, not (issue 33: the 4 x 16 row keyed 396 stage families at set-up,
+        up to 16 choices each, and opened 77; the term read one choice at a time is the same
+        float, stage_recompute's memo keeps it per choice)."""
         inst = self.inst
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
@@ -448,44 +456,66 @@ class FamilyBounds:
             lo, hi = np.minimum(lo, fs), np.maximum(hi, fs)
             stages += n // (tps[grid[k]] * fam.cp * fam.dp)
             # its stages each hold a layer (one stage at least with idle GPUs)
-            least = np.ones(grid.shape[1]) if s.idle_gpus else n // (tps[grid[k]] * fam.cp * fam.dp)
-            held = held + least[:, None, None] * fs
+            least_held = np.ones(grid.shape[1]) if s.idle_gpus else n // (tps[grid[k]] * fam.cp * fam.dp)
+            held = held + least_held[:, None, None] * fs
             index = index * sizes[k] + at[grid[k]]
         # a pipeline's depth: its stages exactly, or with idle GPUs at least one per group
         pp = np.full_like(stages, len(fam.used)) if s.idle_gpus else stages
         # (with idle GPUs pp is only a least depth: search.pp is read on the exact one only)
         ok = (pp <= most) & (np.isin(pp, s.pp) if s.pp is not None and not s.idle_gpus else True)
         m = (np.floor(gb / self.mbs) / fam.dp)[None, :, None]
-        # the slowest stage that memory and the recompute it forces allow (stage_recompute.py),
-        # at v = 1 and, with the slots' end-stage relief, at v > 1
         tp_of, places = np.stack(tp_of, axis=1), np.stack(per_group, axis=1)
-        slow1 = slow_v = 0.0  # (past RECOMPUTE_CHOICES: not read, the bound without it)
-        if grid.shape[1] <= RECOMPUTE_CHOICES:
-            slow1 = self.stage_recompute.slowest_s(fam.used, tp_of, places, fam.cp, fam.dp, s.idle_gpus, False)
-            slow_v = (self.stage_recompute.slowest_s(fam.used, tp_of, places, fam.cp, fam.dp, s.idle_gpus, True)
-                      if self.slot_c else slow1)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
-            s0 = L * lo - self.slot_c * (hi - lo)
-            # v = 1: no slots, any m >= 1 (a lone class); S >= sum_s t_s + (L - pp) t_min
-            z1 = (m - 1) * np.maximum(a0, slow1) + held + (L - pp)[:, None, None] * lo
-            # v > 1: m a multiple of pp (space._count_form_of)
-            zv = np.full_like(z1, np.inf)
-            deep = m >= pp[:, None, None]
-            if self.v_max >= 2:
-                for v in (2.0, float(self.v_max)):
-                    zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0, slow_v) + s0 / v), zv)
-            z = np.minimum(z1, zv)
         # no replica without a micro-batch, nor a split of the batch that leaves some over (the
         # lone class runs M / dp: space.has_micro_batch_split); 0 x inf (floors of no plan) is
         # no bound either
         ok &= ~self._stage_refused(fam, grid, stages)
-        valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[:, None, None]
-        z = np.where(valid, z, np.inf)
-        per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         factor = self.factor(fam.used, fam.cp, _depths(fam))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
+            s0 = L * lo - self.slot_c * (hi - lo)
+
+        def bounds_at(sel, slow1, slow_v) -> tuple:
+            """(z1, zv, valid, bound) of the choices `sel` with their slowest stages read
+            (slow1 at v = 1, slow_v at v > 1; element by element, so any selection's floats are
+            those of every choice at once)."""
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                # v = 1: no slots, any m >= 1 (a lone class); S >= sum_s t_s + (L - pp) t_min
+                z1 = (m - 1) * np.maximum(a0[sel], slow1) + held[sel] + (L - pp[sel])[:, None, None] * lo[sel]
+                # v > 1: m a multiple of pp (space._count_form_of)
+                zv = np.full_like(z1, np.inf)
+                deep = m >= pp[sel][:, None, None]
+                if self.v_max >= 2:
+                    for v in (2.0, float(self.v_max)):
+                        zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0[sel], slow_v) + s0[sel] / v), zv)
+                z = np.minimum(z1, zv)
+            valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[sel][:, None, None]
+            z = np.where(valid, z, np.inf)
+            per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
+            return z1, zv, valid, per_mb.min(axis=1) * factor
+
+        def slowest(sel) -> tuple:
+            """The slowest stage that memory and the recompute it forces allow (stage_recompute.py),
+            at v = 1 and, with the slots' end-stage relief, at v > 1, of the choices `sel`."""
+            sr = self.stage_recompute
+            slow1 = sr.slowest_s(fam.used, tp_of[sel], places[sel], fam.cp, fam.dp, s.idle_gpus, False)
+            return slow1, (sr.slowest_s(fam.used, tp_of[sel], places[sel], fam.cp, fam.dp, s.idle_gpus, True)
+                           if self.slot_c else slow1)
+
+        everything = slice(None)
+        if grid.shape[1] > RECOMPUTE_CHOICES:  # not read: the bound without it
+            z1, zv, valid, bounds = bounds_at(everything, 0.0, 0.0)
+        elif least and self.agg == "max":
+            lower = bounds_at(everything, 0.0, 0.0)[3]
+            best = np.inf
+            for c in np.argsort(lower, kind="stable").tolist():
+                if not lower[c] < best:
+                    break
+                best = min(best, float(bounds_at([c], *slowest([c]))[3][0]))
+            return index, np.array([best]) if len(index) else np.zeros(0), None
+        else:
+            z1, zv, valid, bounds = bounds_at(everything, *slowest(everything))
         terms = (z1, zv, np.stack(per_group, axis=1), np.stack(floors, axis=1), valid, factor)
-        return index, per_mb.min(axis=1) * factor, terms
+        return index, bounds, terms
 
     def fill_drain_choices(self, fam: StageFamily, keep: list[int], terms: tuple) -> np.ndarray:
         """The bound of each tp choice `keep` (positions in combos' order) with its v = 1 term
@@ -551,7 +581,7 @@ class FamilyBounds:
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
         """The tp per group of the tp choice of index ti (tp_choices' order)."""
-        values = [tp_values(self.inst, (g,)) for g in fam.used]
+        values = [self.group_tps.get(g) or self.group_tps.setdefault(g, tp_values(self.inst, (g,))) for g in fam.used]
         tpg, rest = {}, ti
         for k in range(len(fam.used) - 1, -1, -1):
             rest, i = divmod(rest, len(values[k]))
