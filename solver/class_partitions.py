@@ -70,8 +70,8 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.bounds.one_class import (FLOAT_SAFETY, coupled_above, memory_infeasible, stage_levels,
-                                               tight_class_terms)
+from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAFETY, coupled_above,
+                                               memory_infeasible, stage_levels, tight_class_terms)
 from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
@@ -583,6 +583,10 @@ class OuterChoices:
         class k; 0 in kept: Megatron's plan, as _class_terms reads it with the all-Megatron
         builds as base)."""
         A, Sm, D, fits = terms
+        most = max(len(kept[x][j] or (0,)) for col, x in enumerate(members) for j in np.unique(picks[rows, col]).tolist())
+        if most * len(self.o.classes[k].stage_groups) * (self.inst.model.layers // self.o.virtual_stages) \
+                > BOTTLENECK_BLOCK_FLOATS:  # (stage_levels lists every chunk count: as one_class bounds blocks)
+            return terms
         A, fits = A.copy(), fits.copy()
         for si in range(len(self.scenarios)):
             A[rows, si] = np.maximum(A[rows, si], self._linked_tau(k, members, kept, picks[rows], si))
