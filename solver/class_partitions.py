@@ -33,9 +33,10 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    with each class's slowest stage read over every combination of its buckets' plans, each
    plan priced (solver/bounds/plan_bottleneck.py: exact, group by group), and its children
    are keyed so from the start (_linked_terms); the root's are not (their plans would be
-   priced for nodes that never come up). On the three-type, two-site row a node's key rose
-   from 15.56-15.61 s to about 16.2-16.3 s, the least bound over its plans' combinations
-   being 16.41-16.60 s (measured). (Bounding every combination of
+   priced for nodes that never come up). On the three-type, two-site row the keys of the
+   lowest first-level nodes of 8 configurations rose from 15.56-15.65 s to 16.22-16.51 s
+   (13-27 ms each), the least bound over each one's combinations of plans being 16.41-16.63 s
+   (measured after 20 s). (Bounding every combination of
    every surviving plan at once held 323 x 939 x 67 = 2e7 rows on the three-type, two-site
    Llama-3 70B with partitions, 6-7 GB, against an early incumbent of 18.0 s that the
    lowest-bound buckets, listed first, soon lowered);
