@@ -584,7 +584,8 @@ class OuterChoices:
         class k; 0 in kept: Megatron's plan, as _class_terms reads it with the all-Megatron
         builds as base)."""
         A, Sm, D, fits = terms
-        most = max(len(kept[x][j] or (0,)) for col, x in enumerate(members) for j in np.unique(picks[rows, col]).tolist())
+        most = max(len(kept[x][j] or (0,)) for col, x in enumerate(members)
+                   for j in np.unique(picks[rows, col]).tolist())
         if most * len(self.o.classes[k].stage_groups) * (self.inst.model.layers // self.o.virtual_stages) \
                 > BOTTLENECK_BLOCK_FLOATS:  # (stage_levels lists every chunk count: as one_class bounds blocks)
             return terms
