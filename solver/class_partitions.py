@@ -27,7 +27,16 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    planner's branch and bound keyed by its bound (a Subset), expanded only when it comes up
    and can still win: its buckets split into those of the next level and bounded again, and
    at the last level each plan priced once (cost/coefficients.build, kept for every node)
-   and bounded alone; above U or memory-infeasible: dropped. (Bounding every combination of
+   and bounded alone; above U or memory-infeasible: dropped. A bucket's optimistic terms
+   take its time from one plan and its memory from another (the fastest plans replicate
+   weights, so hold fewer layers), so a node that comes up is first keyed again (_linked)
+   with each class's slowest stage read over every combination of its buckets' plans, each
+   plan priced (solver/bounds/plan_bottleneck.py: exact, group by group), and its children
+   are keyed so from the start (_linked_terms); the root's are not (their plans would be
+   priced for nodes that never come up). On the three-type, two-site row the keys of the
+   lowest first-level nodes of 8 configurations rose from 15.56-15.65 s to 16.22-16.51 s
+   (13-27 ms each), the least bound over each one's combinations of plans being 16.41-16.63 s
+   (measured after 20 s). (Bounding every combination of
    every surviving plan at once held 323 x 939 x 67 = 2e7 rows on the three-type, two-site
    Llama-3 70B with partitions, 6-7 GB, against an early incumbent of 18.0 s that the
    lowest-bound buckets, listed first, soon lowered);
@@ -62,7 +71,9 @@ from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.bounds.one_class import FLOAT_SAFETY, coupled_above, memory_infeasible, tight_class_terms
+from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAFETY, coupled_above,
+                                               memory_infeasible, stage_levels, tight_class_terms)
+from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
@@ -71,6 +82,10 @@ REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not
 LEVELS = (32, 8)  # plans per bucket at each level of step 2, largest first
 GRID_CAP = 200_000  # bucket combinations step 2 bounds at once (numpy rows)
 MEGATRON = ()  # a (class, group) choice that ReplicaClass.partitions leaves out
+# the arrays of a stage one_class.stage_levels reads (with capacity_bytes): memory, as priced on
+# the first scenario (it does not depend on the network), and times, on each (_class_arrays)
+_MEMORY = ("layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes", "stage_mem_bytes")
+_TIMES = ("stage_time_s", "layer_time_s", "recompute_time_s")
 
 
 @dataclass
@@ -95,6 +110,7 @@ class Subset:
     sets: tuple
     level: int
     bound: float
+    linked: bool = False  # `bound` reads each class's slowest stage over its plans (OuterChoices._linked)
 
     @property
     def weight(self) -> int:
@@ -267,6 +283,15 @@ class OuterChoices:
         cut = upper_s * (1 + REL_TOL)
         if node is None:
             node = self._root(out)
+        elif not node.linked and node.level >= 1:
+            # keyed by its buckets' optimistic coefficients: first keyed again by its linked
+            # bound, expanded only when it comes up again under that key and can still win
+            lb = max(node.bound, self._linked(node))
+            if lb > cut:
+                out.pruned_by_bound += node.weight
+            else:
+                out.nodes.append((lb, dataclasses.replace(node, bound=lb, linked=True)))
+            return out
         self._step(node, cut, out, deadline)
         return out
 
@@ -296,6 +321,9 @@ class OuterChoices:
         listed = math.prod(len(plans[x]) for x in self.keys)
         out.pruned_by_dominance = self.total - listed
         self.priced: dict = {}  # (k, g, bucket of plan positions) -> its coefficients per scenario
+        self.plan_steps: dict = {}  # ((k, g), plan positions) -> _steps
+        self.plan_blocks: list = []  # _plan_arrays' priced rows, a block per pass
+        self.plan_home: dict = {}  # ((k, g), plan position) -> (block, row)
         radix = [len(plans[x]) for x in self.keys]
         self.strides = [math.prod(radix[i + 1:]) for i in range(len(self.keys))]
         sets = []
@@ -337,14 +365,19 @@ class OuterChoices:
         entries = {x: ([(0,)] if mega[x] else []) + tokens[x] for x in keys}
         if math.prod(len(v) for v in entries.values()) > GRID_CAP:
             x = max(keys, key=lambda y: len(entries[y]))
-            kids = [Subset(tuple(e if y == x else sum(entries[y], ()) for y in keys), node.level, node.bound)
-                    for e in entries[x]]
+            kids = [Subset(tuple(e if y == x else sum(entries[y], ()) for y in keys), node.level, node.bound,
+                           node.linked) for e in entries[x]]
             kids = [c for c in kids if c.weight]
             out.pruned_by_bound += node.weight - sum(c.weight for c in kids)
             out.nodes += [(node.bound, c) for c in kids]
             return
         kept = {x: [0] + tokens[x] for x in keys}
-        grid, picks, fits, quick, megatron = self._grid(kept, store, cut)
+        # the root's combinations are read again one node at a time, as each comes up (expand):
+        # reading them all with the root (measured on the three-type, two-site row: 250 ms a
+        # root against 80, 175 roots in 60 s against 286, bound 15.89 s against 16.06 s) prices
+        # the plans of many that never come up
+        linked = 1 <= node.level < len(LEVELS)
+        grid, picks, fits, quick, megatron = self._grid(kept, store, cut, linked)
         members = [[x for x in keys if x[0] == k] for k in range(K)]
         # rows that take Megatron's plan where the node does not hold it are not its own
         own = np.ones(len(grid), bool)
@@ -371,7 +404,7 @@ class OuterChoices:
                 for k in range(K):
                     for x, c in zip(members[k], picks[k][row[k]]):
                         sets[keys.index(x)] = kept[x][c] if c else (0,)
-                out.nodes.append((float(lb), Subset(tuple(sets), node.level + 1, float(lb))))
+                out.nodes.append((float(lb), Subset(tuple(sets), node.level + 1, float(lb), linked)))
             return
         class_cache: dict[tuple[int, int], list[StageCoefficients]] = {}
         masks, plans = self.masks, self.plans
@@ -422,22 +455,34 @@ class OuterChoices:
                       placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, {g: on_group(fn, self.ginst[i, g])}))
                 for i in self.scenarios]
 
-    def _grid(self, kept: dict, store: dict, cut: float):
+    def _grid(self, kept: dict, store: dict, cut: float, linked: bool = False):
         """Every combination of the entries kept[x] of each choice x (0: Megatron's plan, the
         class's base build; j > 0: the coefficients store[k, g, j]): its rows (combinations x
         classes, each a row of that class's picks), the picks per class (rows of positions in
         kept, in its choices' order), and per combination whether it may fit memory, its
         vectorised bound (inf where a lone class is proved above `cut` by coupling its slowest
-        stage and sync, _coupled_out), and whether it is all-Megatron."""
+        stage and sync, _coupled_out), and whether it is all-Megatron. `linked`: the combinations
+        that can still win read again with each class's slowest stage over its buckets' plans
+        (_linked_terms)."""
         K, keys = len(self.o.classes), self.keys
         members = [[x for x in keys if x[0] == k] for k in range(K)]
         picks = [np.array(list(itertools.product(*(range(len(kept[x])) for x in members[k]))), int)
                  .reshape(-1, len(members[k])) for k in range(K)]
         terms = [self._class_terms(k, members[k], kept, picks[k], store, self.meg) for k in range(K)]
         grid = np.stack(np.meshgrid(*[np.arange(len(x)) for x in picks], indexing="ij"), -1).reshape(-1, K)
-        fits = np.all([terms[k][3][grid[:, k]] for k in range(K)], axis=0)
-        quick = self._combination_bounds([tuple(x[grid[:, k]] for x in terms[k][:3]) for k in range(K)])
         megatron = np.all([(picks[k] == 0).all(1)[grid[:, k]] for k in range(K)], axis=0)
+
+        def bounded():
+            fits = np.all([terms[k][3][grid[:, k]] for k in range(K)], axis=0)
+            return fits, self._combination_bounds([tuple(x[grid[:, k]] for x in terms[k][:3]) for k in range(K)])
+        fits, quick = bounded()
+        if linked:  # the combinations that can still win, read again (the others stay dropped)
+            alive = fits & ~megatron & (quick <= cut)
+            for k in range(K):
+                rows = np.unique(grid[alive, k])
+                if len(rows):
+                    terms[k] = self._linked_terms(k, members[k], kept, picks[k], terms[k], rows)
+            fits, quick = bounded()
         p = self.problem
         if p.classes == 1 and (p.objective == "max" or len(self.scenarios) == 1):
             rows = np.flatnonzero(fits & ~megatron & (quick <= cut))  # K = 1: grid row = pick row
@@ -506,6 +551,103 @@ class OuterChoices:
                 sigma = sigma - L * arrays["layer_drain_saving_s"].max(axis=1)
             A.append(tau), Sm.append(sigma), D.append(delta)
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
+
+    def _linked(self, node: "Subset") -> float:
+        """A lower bound of every combination of `node`: each class's slowest stage read over the
+        combinations of its choices' plans (_linked_tau), its sum and sync terms at the node's
+        coefficients per choice (below each of its plans': Megatron's build, a bucket's
+        optimistic coefficients, or where the node holds both their elementwise minimum)."""
+        K, S = len(self.o.classes), len(self.scenarios)
+        sets = dict(zip(self.keys, node.sets))
+        per = []
+        for k in range(K):
+            members = [x for x in self.keys if x[0] == k]
+            store = {}
+            for x in members:
+                mine = tuple(p for p in sets[x] if p)
+                if not mine:
+                    store[x[0], x[1], sets[x]] = [self.meg[si, k] for si in range(S)]
+                    continue
+                c = self._coeffs(x, mine)
+                store[x[0], x[1], sets[x]] = c if len(mine) == len(sets[x]) else \
+                    [elementwise_min(self.meg[si, k], c[si]) for si in range(S)]
+            kept = {x: [0, sets[x]] for x in members}
+            picks = np.ones((1, len(members)), int)
+            terms = self._class_terms(k, members, kept, picks, store, self.meg)
+            per.append(self._linked_terms(k, members, kept, picks, terms, np.zeros(1, int))[:3])
+        return float(self._combination_bounds(per)[0])
+
+    def _linked_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, terms, rows: np.ndarray):
+        """_class_terms' `terms` (A, S, D, fits) of the choices `picks` with, at `rows`, the
+        slowest stage at least the least over the combinations of the plans of each choice's
+        bucket (_linked_tau), and fitting only where one of them can (members: every choice of
+        class k; 0 in kept: Megatron's plan, as _class_terms reads it with the all-Megatron
+        builds as base)."""
+        A, Sm, D, fits = terms
+        most = max(len(kept[x][j] or (0,)) for col, x in enumerate(members)
+                   for j in np.unique(picks[rows, col]).tolist())
+        if most * len(self.o.classes[k].stage_groups) * (self.inst.model.layers // self.o.virtual_stages) \
+                > BOTTLENECK_BLOCK_FLOATS:  # (stage_levels lists every chunk count: as one_class bounds blocks)
+            return terms
+        A, fits = A.copy(), fits.copy()
+        for si in range(len(self.scenarios)):
+            A[rows, si] = np.maximum(A[rows, si], self._linked_tau(k, members, kept, picks[rows], si))
+        fits[rows] &= np.isfinite(A[rows]).all(1)
+        return A, Sm, D, fits
+
+    def _linked_tau(self, k: int, members: list, kept: dict, picks: np.ndarray, si: int) -> np.ndarray:
+        """Per choice of class k's buckets (row c of `picks`, positions in kept[x] of each choice
+        x of `members`, every choice of the class; 0: Megatron's plan, else a tuple of plan
+        positions), the least slowest-stage term tau* over every combination of their plans on
+        scenario position si (solver/bounds/plan_bottleneck.py), lowered by FLOAT_SAFETY as
+        tight_class_terms' is."""
+        assert {g for _, g in members} == set(self.o.classes[k].stage_groups)
+        steps = [{j: self._steps(x, kept[x][j] or (0,))[si] for j in np.unique(picks[:, col]).tolist()}
+                 for col, x in enumerate(members)]
+        rows = [[steps[col][j] for col, j in enumerate(row)] for row in picks.tolist()]
+        return least_levels(rows, self.inst.model.layers // self.o.virtual_stages) * (1 - FLOAT_SAFETY)
+
+    def _steps(self, x, plans: tuple) -> list:
+        """plan_bottleneck.group_steps of choice x's stages under each plan of `plans` (positions
+        in self.plans[x], 0: Megatron's), per scenario position; kept per (x, plans)."""
+        key = (x, plans)
+        got = self.plan_steps.get(key)
+        if got is None:
+            L, v = self.inst.model.layers, self.o.virtual_stages
+            got = self.plan_steps[key] = [group_steps(stage_levels(a, L, v, self.inst.search.full_recompute))
+                                          for a in self._plan_arrays(x, plans)]
+        return got
+
+    def _plan_arrays(self, x, plans: tuple) -> list[dict]:
+        """Per scenario position, the arrays one_class.stage_levels reads of choice x's stages
+        under each plan of `plans` (rows in that order; 0: Megatron's build): memory as priced
+        on the first scenario, times on each, capacity from Megatron's build, as _class_arrays
+        reads them. A plan not seen before is priced with the others missing in one pass per
+        scenario (build_plans), and only these rows kept (a block per pass)."""
+        k, g = x
+        mask, S = self.masks[x], len(self.scenarios)
+        missing = [p for p in dict.fromkeys(plans) if (x, p) not in self.plan_home]
+        if missing:
+            if 0 in missing:
+                per = [[self.meg[si, k]] for si in range(S)]
+                missing = [0]
+            else:
+                per = [self._build_plans(i, k, [self._layer_fn(i, k, {g: on_group(P.partition_layer_fn(
+                    dict(self.plans[x][p])), self.ginst[i, g])}) for p in missing]) for i in self.scenarios]
+            block = [{f: np.stack([getattr(c, f)[mask] for c in per[0 if f in _MEMORY else si]])
+                      for f in _MEMORY + _TIMES} for si in range(S)]
+            self.plan_blocks.append(block)
+            self.plan_home.update({(x, p): (len(self.plan_blocks) - 1, r) for r, p in enumerate(missing)})
+            if len(missing) < len(set(plans)):
+                return self._plan_arrays(x, plans)  # Megatron's first, then the others
+        at = [self.plan_home[x, p] for p in plans]
+        cap = self.meg[0, k].capacity_bytes[mask]
+        out = []
+        for si in range(S):
+            arrays = {f: np.stack([self.plan_blocks[b][si][f][r] for b, r in at]) for f in _MEMORY + _TIMES}
+            arrays["capacity_bytes"] = np.broadcast_to(cap, arrays["layer_time_s"].shape)
+            out.append(arrays)
+        return out
 
     def _coupled_out(self, members: list, kept: dict, picks: np.ndarray, store, terms, cut: float) -> np.ndarray:
         """For a lone class (its micro-batch count fixed): which choices (rows of `picks`, with

@@ -207,6 +207,27 @@ def _min_bottleneck_by_counts(L: int, v: int, ncap, pieces) -> np.ndarray:
 def _stage_pieces(c: dict, L: int, v: int, allow_full_recompute: bool):
     """Per row and stage: the layer cap ncap_s, whether some split fits, and tau_s(n) as
     _piecewise's (base, slope1, knee, slope2) (module docstring); `c` as tight_class_terms."""
+    ncap, fits, pieces = _own_pieces(c, L, v, allow_full_recompute)
+    return np.where(fits[:, None], ncap, L), fits, pieces  # rows that cannot fit get inf below anyway
+
+
+def stage_levels(c: dict, L: int, v: int, allow_full_recompute: bool) -> np.ndarray:
+    """Per row, stage and chunk count j = 1 .. L // v: tau_s(j v) (module docstring), inf where
+    j v layers pass the stage's own cap ncap_s: the values _min_bottleneck reads across one
+    row's stages, for bounds that take each stage's values from a row of its own
+    (solver/bounds/plan_bottleneck.py: a class's stages on several groups, each group under
+    its own layer plan), so each stage is capped alone, no fit of the whole row read."""
+    ncap, _, pieces = _own_pieces(c, L, v, allow_full_recompute)
+    j = v * np.arange(1, L // v + 1, dtype=float)
+    with np.errstate(invalid="ignore", over="ignore"):
+        vals = _piecewise(j, *(x[..., None] for x in pieces))
+    vals = np.where(j <= ncap[..., None], vals, np.inf)
+    vals[np.isnan(vals)] = np.inf
+    return vals
+
+
+def _own_pieces(c: dict, L: int, v: int, allow_full_recompute: bool):
+    """_stage_pieces with each stage's own cap ncap_s, also in rows where no split fits."""
     a, t, u = c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"]
     state, act, ckpt = c["layer_state_bytes"], c["layer_act_bytes"], c["layer_ckpt_bytes"]
     room = c["capacity_bytes"] - c["stage_mem_bytes"]
@@ -223,8 +244,7 @@ def _stage_pieces(c: dict, L: int, v: int, allow_full_recompute: bool):
     slope1 = np.where(u < 0, t + u, t)
     slope2 = np.where(u < 0, slope1, slope2)
     knee = np.where(u < 0, np.inf, knee)
-    safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
-    return safe, fits, (a, slope1, knee, slope2)
+    return ncap, fits, (a, slope1, knee, slope2)
 
 
 def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
