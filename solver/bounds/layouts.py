@@ -369,7 +369,7 @@ def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
     """Block b's sync-free terms on scenarios `idx` as _keep_terms kept them in `memo`, or None:
     (A, S, {ZeRO stage: quantile factor}, {v: (relaxed_s of A and S, fill_drain's J / v or 0)}),
     each per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
-    reads them again when the search pops it to read its syncs (search._Search._read_syncs),
+    reads them again when the search pops it to read its syncs (search._Partial.tighten),
     which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33)."""
     got = memo.get(("stage rows", id(b), tuple(idx)))
     return got[1] if got is not None and got[0] is b else None  # the partial layouts hold their blocks

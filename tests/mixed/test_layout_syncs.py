@@ -58,7 +58,7 @@ def test_each_zero_and_v_bound_is_at_most_its_configurations_optimum(inst):
 
 def test_the_search_reads_syncs_only_for_layouts_through_several_groups(monkeypatch):
     # through one group the syncs' bound is at most the bound that reads memory, which every
-    # listed configuration gets before pricing (search._Search._read_syncs): a one-type plan
+    # listed configuration gets before pricing (search._Partial.tighten): a one-type plan
     # reads none; the bundled two-type file reads some, each through both groups
     read: list = []
     real = search_mod._Partials.read_syncs

@@ -105,7 +105,7 @@ def test_search_lists_the_partial_layouts_that_can_win_and_returns_the_exhaustiv
     partials = declared_partials(inst)
     bounds = partial_bounds_s(inst, partials, [0], "max", ())
     # a stage-wise layout through several groups reads its syncs as the search pops it
-    # (search._Search._read_syncs): it is listed only where that bound still lies below
+    # (search._Partial.tighten): it is listed only where that bound still lies below
     synced = partial_bounds_s(inst, partials, [0], "max", (), layer_memo={})
     bounds = np.where([p.dp is not None and len(p.used) > 1 for p in partials], synced, bounds)
     sizes = [sum(n * blk.tally.outers for n, blks in p.reps for blk in blks) for p in partials]

@@ -1,5 +1,5 @@
 """The layer plans' least sync (solver/bounds/plan_sync.py), which raises the keys of an outer's
-layer-plan node and of its all-Megatron candidate (search._Search._sync_keyed, _price_chunk),
+layer-plan node and of its all-Megatron candidate (search._PlanNode.tighten, _price_chunk),
 on tiny-2types with its two groups on two sites joined by a slow link (the instance of
 test_partitions_lazy.tiny2, made two-site here).
 
