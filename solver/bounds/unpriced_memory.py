@@ -96,16 +96,19 @@ def applies(inst, o) -> bool:
 
 
 def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, memo: dict,
-                          layer_memo: dict) -> np.ndarray:
+                          layer_memo: dict, ceiling_s: float | None = None) -> np.ndarray:
     """The module's bound of each of `outers` (0 where it does not apply), on scenarios `idx`
     aggregated as `agg` with `weights` (solver/search.scenario_weights). `memo`: the stage
     floors' (unpriced.floor_bounds_s), `layer_memo`: the layers' terms and syncs, both kept by
-    the caller for `inst`."""
+    the caller for `inst`. `ceiling_s`: the lone classes' terms read together (_lone_joint_s,
+    most of this function's work where it is read) are read only for the configurations whose
+    bound without them is at most this (the caller's incumbent: those above it are settled
+    already); None: for every one. Either way each bound is a bound."""
     out = np.zeros(len(outers))
     net = NetEfficiency()
     slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
     reserve = inst.search.memory_reserve_bytes
-    # (pp, v, layers of the slot relaxation) -> [(j, scenario, class, arrays)]
+    # (pp, v, layers of the slot relaxation) -> [(j, scenario, class, arrays, m)]
     rows: dict[tuple[int, int, int], list] = defaultdict(list)
     used = [j for j, o in enumerate(outers) if applies(inst, o)]
     for j in used:
@@ -122,7 +125,7 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
     K = max(len(outers[j].classes) for j in used)
     A = np.zeros((len(outers), len(inst.scenarios), K))
     S, D = np.zeros_like(A), np.zeros_like(A)
-    joint = np.zeros((len(outers), len(inst.scenarios)))  # _lone_joint_s of lone classes (else 0)
+    lone_rows = []  # per block, its rows that _lone_joint_s reads: (v, layers, arrays, j, scenario, m)
     for (pp, v, layers), items in rows.items():
         stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
         tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
@@ -132,10 +135,13 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         D[at] = np.where(fits, delta, np.inf)
         lone = [r for r, x in enumerate(items) if x[4] is not None]
         if lone:
-            joint[[items[r][0] for r in lone], [items[r][1] for r in lone]] = _lone_joint_s(
-                {f: x[lone] for f, x in stacked.items()}, layers, v,
-                np.array([items[r][4] for r in lone], float), inst.search.full_recompute, layer_memo)
+            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked.items()},
+                              np.array([items[r][0] for r in lone]), np.array([items[r][1] for r in lone]),
+                              np.array([items[r][4] for r in lone], float)))
     total = inst.job.global_batch
+    factor = np.ones(len(outers))
+    factor[used] = objective_factors(inst, [outers[j] for j in used])
+    apart = np.zeros((len(outers), len(inst.scenarios)))  # a lone class's per-scenario bound, terms apart
     by_count: dict[int, list[int]] = defaultdict(list)  # outers by their class count, bounded at once
     for j in used:
         by_count[len(outers[j].classes)].append(j)
@@ -155,15 +161,32 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         x = np.array([[c.replicas for c in outers[j].classes] for j in js], float)[:, None, :]
         m = np.array([float(total // outers[j].micro_batch) for j in js])[:, None, None]
         b = relaxed_s(a, s, d, x, lo, m, v, False)  # (outers, scenarios): row by row, as one at a time
-        if k == 1:  # each scenario's pipeline and sync read together (0 where not read)
-            b = np.maximum(b, joint[js][:, idx])
-        if agg == "max":
-            out[js] = b.max(-1)
-        else:
-            w = np.asarray(weights, float)
-            out[js] = [float(row @ w) for row in b]
-    out[used] *= objective_factors(inst, [outers[j] for j in used])
+        if k == 1:
+            apart[np.ix_(js, idx)] = b
+        out[js] = _aggregate(b, agg, weights) * factor[js]
+    if lone_rows:  # each scenario's pipeline and sync read together, where they can still matter
+        joint = np.zeros_like(apart)
+        raised = set()
+        for v, layers, c, js, iss, m in lone_rows:
+            r = np.flatnonzero(np.isfinite(out[js]) & (True if ceiling_s is None else out[js] <= ceiling_s))
+            if len(r):
+                joint[js[r], iss[r]] = _lone_joint_s({f: x[r] for f, x in c.items()}, layers, v, m[r],
+                                                     inst.search.full_recompute, layer_memo)
+                raised.update(js[r].tolist())
+        if raised:
+            js = sorted(raised)
+            out[js] = _aggregate(np.maximum(apart[np.ix_(js, idx)], joint[np.ix_(js, idx)]), agg, weights) * factor[js]
     return out
+
+
+def _aggregate(b: np.ndarray, agg: str, weights) -> np.ndarray:
+    """Per row of b (outers, scenarios), its bound over the scenarios as the objective aggregates
+    them: the worst ("max"), or the weighted sum (each scenario's bound is at most that
+    scenario's time in the optimum)."""
+    if agg == "max":
+        return b.max(-1)
+    w = np.asarray(weights, float)
+    return np.array([float(row @ w) for row in b])
 
 
 def _lone_joint_s(c: dict, layers: int, v: int, m: np.ndarray, allow_full_recompute: bool,

@@ -110,3 +110,23 @@ def test_each_deep_lone_bound_is_at_most_its_optimum(seed, monkeypatch):
         raised += lb > lb_apart * (1 + 1e-9)
         closest = max(closest, lb / opt)
     assert checked and raised and closest > CLOSE, (checked, raised, closest)
+
+
+def test_a_ceiling_reads_the_joint_terms_only_below_it(monkeypatch):
+    """With `ceiling_s` (the search's incumbent) a configuration whose bound without the joint
+    reading is above the ceiling keeps that bound, and every other one gets its full bound: so
+    the ceiling changes no pruning decision against it, only the work."""
+    inst = deep_types_instance(3)
+    idx, agg, weights = scenario_weights(inst, "nominal")
+    outers = [o for o in declared_outers(inst) if unpriced_memory.applies(inst, o)]
+    full = unpriced_memory.memory_floor_bounds_s(inst, outers, idx, agg, weights, {}, {})
+    with monkeypatch.context() as m:
+        m.setattr(unpriced_memory, "_lone_joint_s", lambda c, *a: np.zeros(len(c["layer_time_s"])))
+        apart = unpriced_memory.memory_floor_bounds_s(inst, outers, idx, agg, weights, {}, {})
+    ceiling = float(np.median(apart[np.isfinite(apart)]))
+    got = unpriced_memory.memory_floor_bounds_s(inst, outers, idx, agg, weights, {}, {}, ceiling)
+    above = apart > ceiling
+    assert np.array_equal(got[above], apart[above])
+    assert np.array_equal(got[~above], full[~above])
+    # not vacuous: the joint reading raises some below the ceiling, and would raise some above it
+    assert (full[~above] > apart[~above]).any() and (full[above] > apart[above]).any()
