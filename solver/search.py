@@ -1639,7 +1639,7 @@ class _Search:
         cannot beat the bar. Tested with the outer's key before pricing, (floor, rank, 0), at
         most its key once priced (as the floors' own test in _price_chunk)."""
         lbs = memory_floor_bounds_s(self.inst, [self.outers[j] for j in js], self.idx, self.agg, self.weights,
-                                    self.floor_memo, self.layer_memo)
+                                    self.floor_memo, self.layer_memo, self.won.bar()[0])
         kept = []
         for j, lb in zip(js, lbs.tolist()):
             if math.isinf(lb):

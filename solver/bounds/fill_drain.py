@@ -36,7 +36,9 @@ the pipeline too (fill_drain_sync_s): the least over levels W of the slowest syn
 with each stage capped at the layers whose sync fits W (8 types: the split that balances the
 pipeline piles layers on the B200 stages, whose sync then leads: 0.217 s against a separate
 bound of 0.131 s, and the priced bound 2.140 s against the DP's optimum 2.228 s, which the
-joint bound now reaches).
+joint bound now reaches). Before pricing, the bound that reads memory (unpriced_memory.py) reads
+the same (pipeline_sync_bounds_s) on a lone class's floors, syncs and memory caps: read apart,
+its terms left the 8-type row's least-keyed configurations at 1.99 s against optima of 2.28 s.
 """
 
 from __future__ import annotations
@@ -356,24 +358,41 @@ def priced_bounds_s(cs: list, allow_full_recompute: bool) -> np.ndarray:
         a = np.stack([r.stage_time_s for _, r, _ in items])
         t = np.stack([r.layer_time_s for _, r, _ in items])
         u = np.stack([r.recompute_time_s for _, r, _ in items])
-        t = np.where(u < 0, t + u, t)
         caps = np.stack([_caps(r, allow_full_recompute) for _, r, _ in items])
         v = np.array([r.outer.virtual_stages for _, r, _ in items], float)
         m = np.array([r.outer.num_micro_batches for _, r, _ in items], float)
         d = np.stack([r.stage_sync_time_s for _, r, _ in items])
         g = np.stack([r.layer_sync_time_s for _, r, _ in items])
-        sync = np.maximum((d + v[:, None] * g).max(axis=1), (d.sum(axis=1) + L * g.min(axis=1)) / pp)
-        a, t, count, caps, d, g = _as_kinds(a, t, caps, d, g)
-        # the orders of one pipeline's stages often give the same kinds: each read once
-        _, first, back = np.unique(np.concatenate([a, t, count, caps, d, g, v[:, None], m[:, None]], axis=1),
-                                   axis=0, return_index=True, return_inverse=True)
-        a, t, count, caps, d, g, vu, mu = (x[first] for x in (a, t, count, caps, d, g, v, m))
-        pipeline = fill_drain_s(a, t, count, L, vu * mu, caps)
-        apart = pipeline[back.ravel()] / v + sync
-        together = fill_drain_sync_s(a, t, count, L, vu * mu, caps, d, g, vu, pipeline)[back.ravel()]
         credit = np.array([x for _, _, x in items])
-        out[[i for i, _, _ in items]] = (np.maximum(apart, together) - credit) * (1 - PRICED_SAFETY)
+        out[[i for i, _, _ in items]] = (pipeline_sync_bounds_s(a, t, u, caps, d, g, v, m, L) - credit) * (1 - PRICED_SAFETY)
     return out
+
+
+def pipeline_sync_bounds_s(a: np.ndarray, t: np.ndarray, u: np.ndarray, caps: np.ndarray, d: np.ndarray,
+                           g: np.ndarray, v: np.ndarray, m: np.ndarray, layers: int) -> np.ndarray:
+    """Row by row, priced_bounds_s's bound before its drain credit and safety margin, of a lone
+    class whose coefficients are given as arrays (N, pp): stage terms a, layer times t,
+    recompute times u, the layer caps memory allows `caps` (_caps), the stage and per-layer
+    syncs d, g, of a split of `layers` layers in chunks of v (N,) with m (N,) micro-batches
+    (a configuration with the embedding / loss as slots: its one_class.slot_relaxation's). The
+    larger of J_v + the sync bound read apart and fill_drain_sync_s, each at most
+    (m - 1/v) max_s T_s + sum_s T_s / v + max_s D_s of every split within the caps (T_s >= a_s
+    + n_s t_s: recompute only adds, u_s >= 0; a row with u_s < 0 reads t_s + u_s). Each is a
+    bound of the least of that form over those splits, and the form grows with every a_s, t_s,
+    d_s, g_s split by split, so read at floors of them with the same caps (unpriced_memory.py:
+    build's memory) it still bounds the priced class."""
+    t = np.where(u < 0, t + u, t)
+    pp = a.shape[1]
+    sync = np.maximum((d + v[:, None] * g).max(axis=1), (d.sum(axis=1) + layers * g.min(axis=1)) / pp)
+    a, t, count, caps, d, g = _as_kinds(a, t, caps, d, g)
+    # the orders of one pipeline's stages often give the same kinds: each read once
+    _, first, back = np.unique(np.concatenate([a, t, count, caps, d, g, v[:, None], m[:, None]], axis=1),
+                               axis=0, return_index=True, return_inverse=True)
+    a, t, count, caps, d, g, vu, mu = (x[first] for x in (a, t, count, caps, d, g, v, m))
+    pipeline = fill_drain_s(a, t, count, layers, vu * mu, caps)
+    apart = pipeline[back.ravel()] / v + sync
+    together = fill_drain_sync_s(a, t, count, layers, vu * mu, caps, d, g, vu, pipeline)[back.ravel()]
+    return np.maximum(apart, together)
 
 
 def _as_kinds(a: np.ndarray, t: np.ndarray, caps: np.ndarray, d: np.ndarray,

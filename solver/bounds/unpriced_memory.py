@@ -37,6 +37,20 @@ aggregated as the objective does (max, or weighted: each scenario's bound is at 
 scenario's time in the optimum), times the quantile objective's factor. Where a class fits no
 split it is inf: a proof as build's no_split_fits after pricing.
 
+A lone class through several groups is also read with its three terms together
+(_lone_joint_s: fill_drain.pipeline_sync_bounds_s, the priced bound's own reading, on these
+arrays), and its bound is the larger of the two per scenario. On 8 GPU types x 8 nodes
+(issue 33) the configurations left open below the incumbent (2.228 s at p90) are 8-stage
+pipelines through 7 types with 16 micro-batches: the split that balances their stages puts
+18 layers on each B200 stage and one on the V100's, so their stages' sum is 0.65 s where the
+terms read apart give 0.50 s, and their slowest sync (the B200 stages' 18 layers, 0.23 s) 0.16
+s. Measured on the 400 least-keyed of them at 30 s of CPU: this bound 2.23-2.40 s against their
+optima 2.27-2.47 s (apart: 1.99-2.19 s); 93% of them are now above the incumbent, 7.5% before.
+After pricing the same reading (fill_drain.priced_bounds_s: whole layers, memory caps, no
+recompute time) equals the split DP's optimum on each of 30 of them checked: neither memory,
+recompute nor whole layers decides them. What the floors still leave out is mostly each
+stage's pipeline hand-offs (1-3 ms a micro-batch of 90 ms stages: 2% of these pipelines).
+
 With the embedding / loss counted as a layer slot, the arrays above are those of a split of
 L + e + l layers by one_class.slot_relaxation (a'_s = a_s - o_s t_s, d'_s = d_s - o_s g_s, memory
 lowered by the slots' own terms and the short chunk's relief): every split of the
@@ -62,8 +76,8 @@ import numpy as np
 
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers, group_site
-from paraplan.cost.coefficients import (StageCoefficients, in_flight_micro_batches, megatron_layer, stage_outer,
-                                        sync_floor_s)
+from paraplan.cost.coefficients import (StageCoefficients, in_flight_micro_batches, max_layers_per_stage,
+                                        megatron_layer, stage_outer, sync_floor_s)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import grad_reduce_overlaps
 from paraplan.cost.memory import gathered_per_step
@@ -71,6 +85,7 @@ from paraplan.cost.objective import capped_memory
 from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
+from paraplan.solver.bounds.fill_drain import PRICED_SAFETY, pipeline_sync_bounds_s
 from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxed_terms, tight_class_terms
 from paraplan.solver.bounds.unpriced import floor_layer_terms, stage_floor_terms
 
@@ -81,29 +96,36 @@ def applies(inst, o) -> bool:
 
 
 def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, memo: dict,
-                          layer_memo: dict) -> np.ndarray:
+                          layer_memo: dict, ceiling_s: float | None = None) -> np.ndarray:
     """The module's bound of each of `outers` (0 where it does not apply), on scenarios `idx`
     aggregated as `agg` with `weights` (solver/search.scenario_weights). `memo`: the stage
     floors' (unpriced.floor_bounds_s), `layer_memo`: the layers' terms and syncs, both kept by
-    the caller for `inst`."""
+    the caller for `inst`. `ceiling_s`: the lone classes' terms read together (_lone_joint_s,
+    most of this function's work where it is read) are read only for the configurations whose
+    bound without them is at most this (the caller's incumbent: those above it are settled
+    already); None: for every one. Either way each bound is a bound."""
     out = np.zeros(len(outers))
     net = NetEfficiency()
     slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
     reserve = inst.search.memory_reserve_bytes
-    # (pp, v, layers of the slot relaxation) -> [(j, scenario, class, arrays)]
+    # (pp, v, layers of the slot relaxation) -> [(j, scenario, class, arrays, m)]
     rows: dict[tuple[int, int, int], list] = defaultdict(list)
     used = [j for j, o in enumerate(outers) if applies(inst, o)]
     for j in used:
         o = outers[j]
         for k, co in enumerate(class_outers(inst.job, o)):
+            # a lone class through several groups is read by _lone_joint_s at its count (fixed:
+            # class_outers' M / x); elsewhere None
+            m = co.num_micro_batches if len(o.classes) == 1 and len(set(o.classes[0].stage_groups)) > 1 else None
             for i, (layers, arrays) in zip(idx, _class_rows(inst, o, k, co, idx, memo, layer_memo, net, slow,
                                                             reserve)):
-                rows[co.pp, co.virtual_stages, layers].append((j, i, k, arrays))
+                rows[co.pp, co.virtual_stages, layers].append((j, i, k, arrays, m))
     if not used:
         return out
     K = max(len(outers[j].classes) for j in used)
     A = np.zeros((len(outers), len(inst.scenarios), K))
     S, D = np.zeros_like(A), np.zeros_like(A)
+    lone_rows = []  # per block, its rows that _lone_joint_s reads: (v, layers, arrays, j, scenario, m)
     for (pp, v, layers), items in rows.items():
         stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
         tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
@@ -111,7 +133,15 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         A[at] = np.where(fits, tau, np.inf)
         S[at] = np.where(fits, sigma, np.inf)
         D[at] = np.where(fits, delta, np.inf)
+        lone = [r for r, x in enumerate(items) if x[4] is not None]
+        if lone:
+            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked.items()},
+                              np.array([items[r][0] for r in lone]), np.array([items[r][1] for r in lone]),
+                              np.array([items[r][4] for r in lone], float)))
     total = inst.job.global_batch
+    factor = np.ones(len(outers))
+    factor[used] = objective_factors(inst, [outers[j] for j in used])
+    apart = np.zeros((len(outers), len(inst.scenarios)))  # a lone class's per-scenario bound, terms apart
     by_count: dict[int, list[int]] = defaultdict(list)  # outers by their class count, bounded at once
     for j in used:
         by_count[len(outers[j].classes)].append(j)
@@ -131,12 +161,65 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         x = np.array([[c.replicas for c in outers[j].classes] for j in js], float)[:, None, :]
         m = np.array([float(total // outers[j].micro_batch) for j in js])[:, None, None]
         b = relaxed_s(a, s, d, x, lo, m, v, False)  # (outers, scenarios): row by row, as one at a time
-        if agg == "max":
-            out[js] = b.max(-1)
-        else:
-            w = np.asarray(weights, float)
-            out[js] = [float(row @ w) for row in b]
-    out[used] *= objective_factors(inst, [outers[j] for j in used])
+        if k == 1:
+            apart[np.ix_(js, idx)] = b
+        out[js] = _aggregate(b, agg, weights) * factor[js]
+    if lone_rows:  # each scenario's pipeline and sync read together, where they can still matter
+        joint = np.zeros_like(apart)
+        raised = set()
+        for v, layers, c, js, iss, m in lone_rows:
+            r = np.flatnonzero(np.isfinite(out[js]) & (True if ceiling_s is None else out[js] <= ceiling_s))
+            if len(r):
+                joint[js[r], iss[r]] = _lone_joint_s({f: x[r] for f, x in c.items()}, layers, v, m[r],
+                                                     inst.search.full_recompute, layer_memo)
+                raised.update(js[r].tolist())
+        if raised:
+            js = sorted(raised)
+            out[js] = _aggregate(np.maximum(apart[np.ix_(js, idx)], joint[np.ix_(js, idx)]), agg, weights) * factor[js]
+    return out
+
+
+def _aggregate(b: np.ndarray, agg: str, weights) -> np.ndarray:
+    """Per row of b (outers, scenarios), its bound over the scenarios as the objective aggregates
+    them: the worst ("max"), or the weighted sum (each scenario's bound is at most that
+    scenario's time in the optimum)."""
+    if agg == "max":
+        return b.max(-1)
+    w = np.asarray(weights, float)
+    return np.array([float(row @ w) for row in b])
+
+
+def _lone_joint_s(c: dict, layers: int, v: int, m: np.ndarray, allow_full_recompute: bool,
+                  layer_memo: dict) -> np.ndarray:
+    """Per row of a lone class's arrays `c` (one_class.TIGHT_ARRAYS stacked, (N, pp): the
+    module's floors, syncs and build's memory, slot-relaxed), fill_drain.pipeline_sync_bounds_s:
+    its slowest stage, its stages' sum and its slowest sync read together over the splits of
+    `layers` layers that memory allows (its caps are build's own: max_layers_per_stage on the
+    same memory terms, as fill_drain._caps reads them), with m (N,) micro-batches.
+    tight_class_terms bounds the three apart, and the split that balances a pipeline through
+    several GPU types puts most layers on the fastest groups, whose sum and sync then lead
+    (issue 33, 8 types x 8 nodes: 8 stages on 7 types, m = 16, apart 1.99 s, together 2.23 s,
+    the optimum 2.28 s). The floors are at most build's terms, so this is at most the priced
+    class's fill_drain.priced_bounds_s, at most its optimum (lowered by fill_drain.PRICED_SAFETY
+    as that is). Through one group the stages differ only in their end terms and memory, and
+    the three apart lose little: callers read it through several groups only. Each row kept in
+    `layer_memo` by its numbers (the configurations of other stage orders, recompute modes or
+    slots often give the same rows: about half of them on the 8-type row)."""
+    ckpt = c["layer_ckpt_bytes"] if allow_full_recompute else c["layer_act_bytes"]
+    caps = max_layers_per_stage(c["layer_state_bytes"], c["layer_act_bytes"], ckpt, c["capacity_bytes"],
+                                c["stage_mem_bytes"], v, layers).astype(float)
+    terms = (c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"], caps, c["stage_sync_time_s"],
+             c["layer_sync_time_s"])
+    row = np.concatenate([*terms, m[:, None]], axis=1)
+    keys = [("joint", layers, v, r.tobytes()) for r in row]
+    out = np.array([layer_memo.get(k, np.nan) for k in keys])
+    todo = np.flatnonzero(np.isnan(out))
+    if len(todo):
+        got = pipeline_sync_bounds_s(*(x[todo] for x in terms), np.full(len(todo), float(v)), m[todo],
+                                     layers) * (1 - PRICED_SAFETY)
+        out[todo] = got
+        for r, b in zip(todo.tolist(), got.tolist()):
+            layer_memo[keys[r]] = b
     return out
 
 
