@@ -267,9 +267,9 @@ def _random_agreement(seed: int) -> bool:
 
 
 # not vacuous: the agreement below is not Megatron-only (measured over seeds 0-7: seed 6's
-# optimum uses the P primitive, no other's does; seed 0 is infeasible). Its case checks it: a
-# test of its own re-planned seed 6 (9.3 s) wherever pytest-xdist ran the case on the other
-# worker (issue 32)
+# optimum uses the P primitive, no other's does; seed 0 is infeasible). Its case checks it (a
+# test of its own planned seed 6 again, 9.3 s, wherever pytest-xdist had run the case on the
+# other worker; issue 32)
 PRIMITIVE_SEED = 6
 # The cases run, of seeds 0-7 (issue 32): seed 6 and a cover of the others by branch coverage,
 # cheapest first: each of the 8 cases run under its own coverage context (coverage.py,
