@@ -1,12 +1,11 @@
-"""CP-SAT = MILP = DP = exhaustive search on random two-group mixed clusters with the three
+"""CP-SAT = MILP = DP = exhaustive search on 100 random two-group mixed clusters with the three
 layout options on together: search.classes_per_group 2, search.idle_gpus and
 search.mixed_families (tests/randinst.mixed_family_instance: toy GPUs of 0.7-3 GiB, so the
 memory proof before pricing, solver/bounds/memory.py, refuses configurations on most of them).
 Exhaustive search enumerates every configuration, micro-batch vector, split and recompute count
 with no bound, memory proof or dominance (solver/exhaustive.py): the independent reference
-for the planner's pruning (issue 33). The seeds are 14 of the first 100 whose space holds at
-most MAX_CANDIDATES plans (about one in three): those whose cases together reach every line and
-branch of the planner that the 100 reached (SEEDS says how they were chosen)."""
+for the planner's pruning (issue 33). The seeds are the first 100 whose space holds at most
+MAX_CANDIDATES plans (about one in three), so that the 100 take about a minute on two cores."""
 
 from __future__ import annotations
 
@@ -24,25 +23,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("small_price_chunks")]
 MAX_CANDIDATES = 2_000_000
 # The first 100 seeds of mixed_family_instance whose space holds at most MAX_CANDIDATES plans
 # (measured: the 216 others below 315 hold more). Listed rather than found by trying seeds in the
-# test: exhaustive's refusals of the others took a sixth of its time (issue 32).
-CANDIDATE_SEEDS = (2, 3, 4, 8, 13, 15, 18, 19, 20, 21, 24, 30, 31, 34, 39, 40, 46, 49, 57, 59, 60,
-                   62, 70, 71, 77, 79, 82, 83, 87, 88, 89, 93, 96, 97, 100, 104, 111, 113, 121, 124,
-                   125, 128, 129, 131, 132, 140, 143, 144, 146, 149, 152, 157, 159, 160, 161, 164,
-                   167, 169, 176, 177, 178, 179, 180, 187, 189, 190, 197, 198, 202, 204, 207, 210,
-                   215, 221, 222, 224, 227, 232, 233, 235, 238, 239, 240, 243, 253, 266, 267, 273,
-                   274, 277, 279, 281, 284, 292, 296, 297, 298, 305, 314, 315)
-# The cases run: the options-reached seeds (WINS: 3, 24, 178) and a greedy cover of the other
-# candidates by branch coverage (issue 32): each of the 100 cases run under its own coverage
-# context (coverage.py, branch=True, over cost/, formulations/ and solver/), the seed that adds the
-# most lines and arcs not yet reached taken next, until these 14 reach every line and arc the 100
-# reached (15,715). The 86 left out drove no line or branch of the planner, exhaustive search or
-# pricing that these do not. Run alone, the 14 reach all but 12 of them: four caches' eviction
-# (cost/flops.py, solver/bounds/memory.py, solver/space.py), which fires once a process has
-# made 64 instances (the 100 cases did; no seed's data drives it). The 100 cases took about a
-# minute on two cores; under coverage 122.9 -> 21.8 s of CPU. A seed whose space outgrows the cap
-# fails with SpaceTooLarge instead of being skipped: re-measure the lists then.
-SEEDS = (2, 3, 4, 20, 24, 128, 157, 178, 189, 197, 204, 239, 240, 292)
-assert set(SEEDS) <= set(CANDIDATE_SEEDS)
+# test: exhaustive's refusals of the others took a sixth of its time (issue 32). A listed
+# seed whose space outgrows the cap fails with SpaceTooLarge instead of being skipped: re-measure
+# the list then.
+SEEDS = (2, 3, 4, 8, 13, 15, 18, 19, 20, 21, 24, 30, 31, 34, 39, 40, 46, 49, 57, 59, 60, 62, 70,
+         71, 77, 79, 82, 83, 87, 88, 89, 93, 96, 97, 100, 104, 111, 113, 121, 124, 125, 128, 129,
+         131, 132, 140, 143, 144, 146, 149, 152, 157, 159, 160, 161, 164, 167, 169, 176, 177, 178,
+         179, 180, 187, 189, 190, 197, 198, 202, 204, 207, 210, 215, 221, 222, 224, 227, 232, 233,
+         235, 238, 239, 240, 243, 253, 266, 267, 273, 274, 277, 279, 281, 284, 292, 296, 297, 298,
+         305, 314, 315)
 
 
 @functools.lru_cache(maxsize=4)
@@ -98,7 +87,7 @@ def test_backends_prove_the_exhaustive_optimum_with_every_layout_option(seed):
             seed, backend, res.objective_s, ex.objective_s)
 
 
-# seeds whose exhaustive optimum needs an option (measured over the 100 candidates, _uses on
+# seeds whose exhaustive optimum needs an option (measured over the 100 above, _uses on
 # exhaustive's plan): two classes on one group, GPUs of a used group idle, a pipeline beside
 # replica classes (178 leaves GPUs idle too)
 WINS = {3: "classes_per_group", 24: "idle_gpus", 178: "mixed_families"}
