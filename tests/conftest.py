@@ -30,16 +30,17 @@ LONGEST_FIRST = (
 
 
 def _group(item) -> str | None:
-    """The item's xdist_group name (tests/bundled_plans.same_worker), or None."""
+    """The item's xdist_group name (tests/bundled_plans.same_worker, or a module's own), or None."""
     mark = item.get_closest_marker("xdist_group")
     return None if mark is None else str(mark.args[0])
 
 
 def pytest_collection_modifyitems(config, items):
-    # Tests in several files that read one solve (tests/bundled_plans.py) carry an xdist_group
-    # mark: collected first, each group's tests side by side, they open the first worker's half
-    # (worksteal; a steal takes the back of a queue, never its head), so the solve is made
-    # once; with `--dist loadgroup` xdist itself keeps a group on one worker.
+    # Tests in several files that read one solve (tests/bundled_plans.py), and a module whose
+    # not-vacuous check reads what each of its cases computed once per process, carry an
+    # xdist_group mark: collected first, each group's tests side by side, they open the first
+    # worker's half (worksteal; a steal takes the back of a queue, never its head), so the solve
+    # is made once; with `--dist loadgroup` xdist itself keeps a group on one worker.
     groups: dict[str, int] = {}
     for item in items:
         if _group(item) is not None:

@@ -151,9 +151,12 @@ def enumerated_optimum(p: DualPipeProblem):
 
 EDGE_SEEDS = [s for s in SEEDS if s % 3 == 0]
 EDGE_OFFSETS_BYTES = (0, -1, 3)  # capacity - the optimum's tightest pair: on it, just off it, just in
+# over 5 s, marked slow: seed 24 took 5.5 s in an idle whole-suite --durations run (issue 32)
+EDGE_SLOW_SEEDS = (24,)
 
 
-@pytest.mark.parametrize("seed", EDGE_SEEDS)
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s in EDGE_SLOW_SEEDS else s
+                                  for s in EDGE_SEEDS])
 def test_every_solver_agrees_at_the_memory_edge(seed):
     """Issue 35: the capacity set so that the enumerated optimum's tightest pair holds exactly
     its peak (offset 0: it still fits, so it stays the optimum), one byte less (it no longer

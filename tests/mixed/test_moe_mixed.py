@@ -7,6 +7,7 @@ The reference is exhaustive search over the class space (solver/exhaustive.py)."
 from __future__ import annotations
 
 from dataclasses import replace
+import functools
 import random
 from itertools import islice
 import tempfile
@@ -115,13 +116,29 @@ MOE_SEEDS = list(islice((s for s in range(40) if any(o.ep > 1 for o in declared_
                         20))
 
 
+# the agreement cases and the not-vacuous checks read the same exhaustive optima, listed once per
+# test process (_moe_case, _fold_case; each check listed all its seeds again), in one xdist
+# group, so that the checks run where the cases listed them (tests/conftest.py; issue 32)
+SAME_OPTIMA = pytest.mark.xdist_group("moe-mixed-optima")
+
+
+@functools.lru_cache(maxsize=None)
+def _moe_case(seed: int):
+    """(moe_cluster_instance(seed), its nominal exhaustive optimum), once per test process. One
+    instance object for the brute force and the solvers' searches, as when the case built it.
+    Read only."""
+    inst = moe_cluster_instance(seed)
+    return inst, exhaustive(inst, "nominal")
+
+
+@SAME_OPTIMA
 @pytest.mark.parametrize("seed", MOE_SEEDS)
 @pytest.mark.parametrize("objective", ["nominal", "robust"])
 def test_solvers_match_exhaustive_on_random_mixed_moe(seed, objective):
     """CP-SAT = MILP = exhaustive over the class space with ep > 1 and dense prefixes."""
-    inst = moe_cluster_instance(seed)
+    inst, ex = _moe_case(seed) if objective == "nominal" else (moe_cluster_instance(seed), None)
     d = inst.model.moe.dense_layers
-    for res in _solvers_match_exhaustive(inst, objective):
+    for res in _solvers_match_exhaustive(inst, objective, ex):
         assert all(c.layers_per_stage[0] >= res.plan.virtual_stages * d for c in res.plan.classes)
 
 
@@ -152,10 +169,10 @@ def test_solvers_match_exhaustive_on_random_mixed_moe_with_deepep_and_moe_act(se
         assert got[0].objective_s != pytest.approx(base.objective_s, rel=1e-9)
 
 
-def _solvers_match_exhaustive(inst, objective: str = "nominal"):
+def _solvers_match_exhaustive(inst, objective: str = "nominal", ex=None):
     """Assert CP-SAT and MILP reach exhaustive search's optimum of `inst`; their feasible
-    results, for further checks."""
-    ex = exhaustive(inst, objective)
+    results, for further checks. `ex`: exhaustive(inst, objective), where the caller has it."""
+    ex = exhaustive(inst, objective) if ex is None else ex
     out = []
     for backend in ("cpsat", "milp"):
         res = search(inst, backend, time_limit_s=30, objective=objective)
@@ -169,6 +186,7 @@ def _solvers_match_exhaustive(inst, objective: str = "nominal"):
     return out
 
 
+@SAME_OPTIMA
 def test_random_mixed_moe_instances_exercise_expert_parallelism():
     """The agreement above is not vacuous: some optima shard the experts across a class that
     spans both groups, some hold a dense prefix of 2 layers, some keep ep = 1 and some
@@ -177,8 +195,7 @@ def test_random_mixed_moe_instances_exercise_expert_parallelism():
     with a 2-layer prefix; 7 with ep = 1; 1 infeasible)."""
     seen = {"ep>1": 0, "ep>1 on both groups": 0, "prefix of 2": 0, "ep=1": 0, "infeasible": 0}
     for seed in MOE_SEEDS:
-        inst = moe_cluster_instance(seed)
-        ex = exhaustive(inst)
+        inst, ex = _moe_case(seed)
         if ex.plan is None:
             seen["infeasible"] += 1
             continue
@@ -203,18 +220,29 @@ FOLD_SEEDS = list(islice((s for s in range(40)
                           if any(o.etp is not None for o in declared_outers(fold_cluster_instance(s)))), 8))
 
 
+@functools.lru_cache(maxsize=None)
+def _fold_case(seed: int):
+    """(fold_cluster_instance(seed), its nominal exhaustive optimum), once per test process.
+    Read only."""
+    inst = fold_cluster_instance(seed)
+    return inst, exhaustive(inst, "nominal")
+
+
+@SAME_OPTIMA
 @pytest.mark.parametrize("seed", FOLD_SEEDS)
 def test_solvers_match_exhaustive_on_random_mixed_folding(seed):
     """CP-SAT = MILP = exhaustive over the class space with expert tensor parallel choices;
     exhaustive search's optimum folds the experts (etp != tp) on most of these seeds (seen: 6
     of 8, the other 2 infeasible), so the agreement covers the folded layout's pricing."""
-    _solvers_match_exhaustive(fold_cluster_instance(seed))
+    inst, ex = _fold_case(seed)
+    _solvers_match_exhaustive(inst, "nominal", ex)
 
 
+@SAME_OPTIMA
 def test_random_mixed_folding_instances_fold():
     seen = {"etp!=tp": 0, "etp=tp or infeasible": 0}
     for seed in FOLD_SEEDS:
-        plan = exhaustive(fold_cluster_instance(seed)).plan
+        plan = _fold_case(seed)[1].plan
         seen["etp!=tp" if plan is not None and plan.etp is not None else "etp=tp or infeasible"] += 1
     assert seen["etp!=tp"] >= 4, seen
 

@@ -246,16 +246,15 @@ def _random_instance(seed):
 
 
 # the seeds whose case takes over 5 s of CPU, marked slow: per-test CPU clock, -n 0, load 7-9
-# (issue 32): 0: 9.0 s, 1: 12.4, 4: 9.1, 5: 7.8, 6: 9.3, 7: 9.9; 2: 3.0 and 3: 2.5 (brute force
-# over every layer plan is nearly all of it)
-RANDOM_SLOW_SEEDS = (0, 1, 4, 5, 6, 7)
+# (issue 32): 0: 9.0 s, 1: 12.4, 5: 7.8, 6: 9.3; 3: 2.5 (brute force over every layer plan is
+# nearly all of it)
+RANDOM_SLOW_SEEDS = (0, 1, 5, 6)
 
 
-@functools.lru_cache(maxsize=None)
 def _random_agreement(seed: int) -> bool:
     """plan() with per-operator partitions against brute force over every layer plan on
-    _random_instance(seed), once per test process; whether the optimum uses the P primitive.
-    One case per seed, so that pytest-xdist shares the 8 among its workers (one test of 8 seeds
+    _random_instance(seed); whether the optimum uses the P primitive.
+    One case per seed, so that pytest-xdist shares them among its workers (one test of 8 seeds
     ran alone on one worker: 52 s of CPU, issue 32)."""
     inst = _random_instance(seed)
     r, e = plan(inst, backend="milp" if seed % 2 else "cpsat"), exhaustive(inst)
@@ -267,19 +266,29 @@ def _random_agreement(seed: int) -> bool:
     return any("P" in spec for _, spec in r.plan.partitions)
 
 
+# not vacuous: the agreement below is not Megatron-only (measured over seeds 0-7: seed 6's
+# optimum uses the P primitive, no other's does; seed 0 is infeasible). Its case checks it (a
+# test of its own planned seed 6 again, 9.3 s, wherever pytest-xdist had run the case on the
+# other worker; issue 32)
+PRIMITIVE_SEED = 6
+# The cases run, of seeds 0-7 (issue 32): seed 6 and a cover of the others by branch coverage,
+# cheapest first: each of the 8 cases run under its own coverage context (coverage.py,
+# branch=True, over cost/, formulations/ and solver/), the seed adding the most lines and arcs not
+# yet reached per second of its case taken next, until these 5 reach every line and arc the 8
+# reached (0, 1 and 5 alone reach some; run alone, the 5 reach all of them). Seeds 2, 4 and 7
+# drove no line or branch of the planner, the brute force or pricing that these do not; under
+# coverage the cases took 80.8 -> 49.1 s of CPU.
+RANDOM_SEEDS = (0, 1, 3, 5, 6)
+
+
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.slow) if s in RANDOM_SLOW_SEEDS else s
-                                  for s in range(8)])
+                                  for s in RANDOM_SEEDS])
 def test_planner_and_exhaustive_agree_on_random_instances(seed):
     """Seeded random instances (model width, GPUs, link speed, memory, ZeRO): the optimum of
     plan() with per-operator partitions equals brute force over every layer plan."""
-    _random_agreement(seed)
-
-
-@pytest.mark.slow  # it plans seed 6 where its worker did not (9.3 s)
-def test_the_partition_primitive_wins_on_a_random_instance():
-    # not vacuous: the agreement above is not Megatron-only (measured over the 8 seeds: seed 6's
-    # optimum uses the P primitive, no other's does; seed 0 is infeasible)
-    assert _random_agreement(6)
+    uses_primitive = _random_agreement(seed)
+    if seed == PRIMITIVE_SEED:
+        assert uses_primitive
 
 
 def test_same_answer_for_any_threads_and_backend():

@@ -6,6 +6,7 @@ objective and fits memory; infeasible instances are infeasible for every method.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import replace
 
@@ -17,6 +18,11 @@ from paraplan.cost.specs import Cluster, MoeSpec
 from paraplan.solver.exhaustive import exhaustive
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_instance
+
+# The agreement cases and the not-vacuous checks read the same exhaustive optima, listed once per
+# test process (the _*_case functions; each check listed all its seeds again), and the module is
+# one xdist group, so that the checks run where the cases listed them (tests/conftest.py; issue 32)
+pytestmark = pytest.mark.xdist_group("moe-agreement-optima")
 
 N_INSTANCES = 40
 
@@ -53,10 +59,21 @@ def moe_params_for(seed: int) -> MoeParams:
     return replace(FITTED, expert_gemm_issue_s=issue)
 
 
+@functools.lru_cache(maxsize=None)
+def _moe_case(seed: int):
+    """(moe_instance(seed), its exhaustive optimum under moe_params_for(seed)), once per test
+    process. One instance object for the brute force and the backends' searches, as when the
+    case built it. Read only."""
+    with moe_params.using(moe_params_for(seed)):
+        inst = moe_instance(seed)
+        return inst, exhaustive(inst)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_all_methods_agree_on_moe(seed):
+    inst, ex = _moe_case(seed)
     with moe_params.using(moe_params_for(seed)):
-        assert_backends_agree_with_exhaustive(moe_instance(seed))
+        assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
 def test_the_random_moe_instances_choose_expert_parallelism():
@@ -65,8 +82,7 @@ def test_the_random_moe_instances_choose_expert_parallelism():
     infeasible or pipelined of 40, 13 of them priced with the fitted issue time)."""
     seen = {"ep>1": 0, "ep=1": 0, "infeasible or pipelined": 0}
     for seed in SEEDS:
-        with moe_params.using(moe_params_for(seed)):
-            ex = exhaustive(moe_instance(seed))
+        ex = _moe_case(seed)[1]
         if ex.plan is None or ex.plan.pp > 1:
             seen["infeasible or pipelined"] += 1
         if ex.plan is not None:
@@ -87,9 +103,17 @@ FOLD_SEEDS = small_seeds(fold_instance, 9000, 16, 20_000,
                          accept=lambda outers: any(o.etp is not None for o in outers))
 
 
+@functools.lru_cache(maxsize=None)
+def _fold_case(seed: int):
+    """(fold_instance(seed), its exhaustive optimum), once per test process. Read only."""
+    inst = fold_instance(seed)
+    return inst, exhaustive(inst)
+
+
 @pytest.mark.parametrize("seed", FOLD_SEEDS)
 def test_all_methods_agree_with_parallel_folding(seed):
-    assert_backends_agree_with_exhaustive(fold_instance(seed))
+    inst, ex = _fold_case(seed)
+    assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
 def test_the_folding_instances_choose_both_expert_layouts():
@@ -98,7 +122,7 @@ def test_the_folding_instances_choose_both_expert_layouts():
     infeasible of 16)."""
     seen = {"etp!=tp": 0, "etp=tp": 0, "infeasible": 0}
     for seed in FOLD_SEEDS:
-        plan = exhaustive(fold_instance(seed)).plan
+        plan = _fold_case(seed)[1].plan
         seen["infeasible" if plan is None else "etp!=tp" if plan.etp is not None else "etp=tp"] += 1
     assert min(seen.values()) >= 2, seen
 
@@ -114,15 +138,22 @@ SEEDS_ZERO3 = small_seeds(moe_zero3_instance, 9000, 30, 20_000,
                           accept=lambda outers: any(o.ep > 1 and o.zero == 3 for o in outers))
 
 
+@functools.lru_cache(maxsize=None)
+def _zero3_case(seed: int):
+    """(moe_zero3_instance(seed), its exhaustive optimum), once per test process. Read only."""
+    inst = moe_zero3_instance(seed)
+    return inst, exhaustive(inst)
+
+
 @pytest.mark.parametrize("seed", SEEDS_ZERO3)
 def test_all_methods_agree_on_moe_with_zero3(seed):
-    assert_backends_agree_with_exhaustive(moe_zero3_instance(seed))
+    inst, ex = _zero3_case(seed)
+    assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
 def test_some_random_moe_optima_run_zero3():
     """Not vacuous: exhaustive search picks ZeRO-3 (with ep > 1) on some of these instances
     and ZeRO-1 on others (seen: ZeRO-3 on 2 of 30, seeds 9022 and 9023, both ep 2; ZeRO-1 on
     22; 6 infeasible)."""
-    zeros = [ex.plan.zero for ex in (exhaustive(moe_zero3_instance(s)) for s in SEEDS_ZERO3)
-             if ex.plan is not None]
+    zeros = [ex.plan.zero for ex in (_zero3_case(s)[1] for s in SEEDS_ZERO3) if ex.plan is not None]
     assert zeros.count(3) >= 2 and zeros.count(1) >= 2, zeros

@@ -131,6 +131,7 @@ def test_a_stage_wise_class_across_two_gpu_types_agrees_with_exhaustive(tmp_path
     assert "ZBVZeroBubble on a pipeline across node groups" in " ".join(not_covered(inst))
 
 
+@pytest.mark.slow  # 5.7 s in an idle whole-suite --durations run (issue 32)
 def test_llama3_70b_planned_for_torchtitan_runs_zbv(tmp_path, monkeypatch):
     # the bundled 70B / 512 H100 instance with framework torchtitan: planned without the
     # zero-bubble modes (the space before they were searched) its proved p90 optimum is
