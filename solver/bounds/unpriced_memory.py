@@ -105,39 +105,12 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
     bound without them is at most this (the caller's incumbent: those above it are settled
     already); None: for every one. Either way each bound is a bound."""
     out = np.zeros(len(outers))
-    net = NetEfficiency()
-    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
-    reserve = inst.search.memory_reserve_bytes
-    # (pp, v, layers of the slot relaxation) -> [(j, scenario, class, arrays, m)]
-    rows: dict[tuple[int, int, int], list] = defaultdict(list)
     used = [j for j, o in enumerate(outers) if applies(inst, o)]
-    for j in used:
-        o = outers[j]
-        for k, co in enumerate(class_outers(inst.job, o)):
-            # a lone class through several groups is read by _lone_joint_s at its count (fixed:
-            # class_outers' M / x); elsewhere None
-            m = co.num_micro_batches if len(o.classes) == 1 and len(set(o.classes[0].stage_groups)) > 1 else None
-            for i, (layers, arrays) in zip(idx, _class_rows(inst, o, k, co, idx, memo, layer_memo, net, slow,
-                                                            reserve)):
-                rows[co.pp, co.virtual_stages, layers].append((j, i, k, arrays, m))
     if not used:
         return out
+    rows = _rows_by_block(inst, outers, used, idx, memo, layer_memo)
     K = max(len(outers[j].classes) for j in used)
-    A = np.zeros((len(outers), len(inst.scenarios), K))
-    S, D = np.zeros_like(A), np.zeros_like(A)
-    lone_rows = []  # per block, its rows that _lone_joint_s reads: (v, layers, arrays, j, scenario, m)
-    for (pp, v, layers), items in rows.items():
-        stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
-        tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
-        at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
-        A[at] = np.where(fits, tau, np.inf)
-        S[at] = np.where(fits, sigma, np.inf)
-        D[at] = np.where(fits, delta, np.inf)
-        lone = [r for r, x in enumerate(items) if x[4] is not None]
-        if lone:
-            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked.items()},
-                              np.array([items[r][0] for r in lone]), np.array([items[r][1] for r in lone]),
-                              np.array([items[r][4] for r in lone], float)))
+    A, S, D, lone_rows = _block_terms(inst, rows, (len(outers), len(inst.scenarios), K))
     total = inst.job.global_batch
     factor = np.ones(len(outers))
     factor[used] = objective_factors(inst, [outers[j] for j in used])
@@ -165,18 +138,66 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
             apart[np.ix_(js, idx)] = b
         out[js] = _aggregate(b, agg, weights) * factor[js]
     if lone_rows:  # each scenario's pipeline and sync read together, where they can still matter
-        joint = np.zeros_like(apart)
-        raised = set()
-        for v, layers, c, js, iss, m in lone_rows:
-            r = np.flatnonzero(np.isfinite(out[js]) & (True if ceiling_s is None else out[js] <= ceiling_s))
-            if len(r):
-                joint[js[r], iss[r]] = _lone_joint_s({f: x[r] for f, x in c.items()}, layers, v, m[r],
-                                                     inst.search.full_recompute, layer_memo)
-                raised.update(js[r].tolist())
-        if raised:
-            js = sorted(raised)
-            out[js] = _aggregate(np.maximum(apart[np.ix_(js, idx)], joint[np.ix_(js, idx)]), agg, weights) * factor[js]
+        _raise_lone_joint(inst, out, apart, lone_rows, idx, agg, weights, factor, ceiling_s, layer_memo)
     return out
+
+
+def _block_terms(inst, rows: dict, shape: tuple) -> tuple:
+    """The tight class terms (one_class.tight_class_terms) of _rows_by_block's `rows`, each block
+    at once: A, S, D of `shape` (outers, scenarios, classes; inf where the class fits no split),
+    and per block its rows that _lone_joint_s reads: (v, layers, arrays, js, scenarios, m)."""
+    A = np.zeros(shape)
+    S, D = np.zeros_like(A), np.zeros_like(A)
+    lone_rows = []
+    for (pp, v, layers), items in rows.items():
+        stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
+        tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
+        at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
+        A[at] = np.where(fits, tau, np.inf)
+        S[at] = np.where(fits, sigma, np.inf)
+        D[at] = np.where(fits, delta, np.inf)
+        lone = [r for r, x in enumerate(items) if x[4] is not None]
+        if lone:
+            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked.items()},
+                              np.array([items[r][0] for r in lone]), np.array([items[r][1] for r in lone]),
+                              np.array([items[r][4] for r in lone], float)))
+    return A, S, D, lone_rows
+
+
+def _rows_by_block(inst, outers: list, used: list[int], idx: list[int], memo: dict, layer_memo: dict) -> dict:
+    """memory_floor_bounds_s' rows of the classes of outers `used`, by block: (pp, v, layers of
+    the slot relaxation) -> [(j, scenario, class, arrays, m)], m the micro-batch count of a lone
+    class through several groups (_lone_joint_s reads it: fixed, class_outers' M / x), else None."""
+    net = NetEfficiency()
+    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
+    reserve = inst.search.memory_reserve_bytes
+    rows: dict[tuple[int, int, int], list] = defaultdict(list)
+    for j in used:
+        o = outers[j]
+        for k, co in enumerate(class_outers(inst.job, o)):
+            m = co.num_micro_batches if len(o.classes) == 1 and len(set(o.classes[0].stage_groups)) > 1 else None
+            for i, (layers, arrays) in zip(idx, _class_rows(inst, o, k, co, idx, memo, layer_memo, net, slow,
+                                                            reserve)):
+                rows[co.pp, co.virtual_stages, layers].append((j, i, k, arrays, m))
+    return rows
+
+
+def _raise_lone_joint(inst, out: np.ndarray, apart: np.ndarray, lone_rows: list, idx: list[int], agg: str,
+                      weights, factor: np.ndarray, ceiling_s: float | None, layer_memo: dict) -> None:
+    """Raises `out` (in place) of the lone classes through several groups whose bound is finite
+    and at most `ceiling_s` (None: every one) to their terms read together (_lone_joint_s) where
+    that is more than `apart`, their per-scenario bound with the terms apart."""
+    joint = np.zeros_like(apart)
+    raised = set()
+    for v, layers, c, js, iss, m in lone_rows:
+        r = np.flatnonzero(np.isfinite(out[js]) & (True if ceiling_s is None else out[js] <= ceiling_s))
+        if len(r):
+            joint[js[r], iss[r]] = _lone_joint_s({f: x[r] for f, x in c.items()}, layers, v, m[r],
+                                                 inst.search.full_recompute, layer_memo)
+            raised.update(js[r].tolist())
+    if raised:
+        js = sorted(raised)
+        out[js] = _aggregate(np.maximum(apart[np.ix_(js, idx)], joint[np.ix_(js, idx)]), agg, weights) * factor[js]
 
 
 def _aggregate(b: np.ndarray, agg: str, weights) -> np.ndarray:
