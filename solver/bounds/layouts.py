@@ -197,7 +197,8 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     their own; chunks of 1 layer in either case, a relaxation of the chunks of v), symmetric
     in the stages as A is. D is at most the slowest sync of each configuration of that ZeRO
     stage and v, a term of its value that the bound before pricing leaves out: it enters
-    batched.relaxed_s as its D and adds to J, both lowered by TIE_MARGIN as J is, and the
+    batched.relaxed_s as its D and adds to J, both lowered by TIE_MARGIN as J is (and J and
+    the syncs are read together too, fill_drain.fill_drain_sync_s: _joint_rows), and the
     bound of that ZeRO stage takes its own quantile factor, not the least of the block's. The block's
     bound is the least over its (ZeRO stage, v); `per_mode` keeps each one under
     (block index, ZeRO stage, v): the bound of that block's configurations of that ZeRO stage
@@ -339,6 +340,8 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
         b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
         fd = np.stack([kept[k][3][v][1] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
         bz = np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
+        # the pipeline and its slowest sync read together where fill_drain is read (_joint_rows)
+        bz = np.maximum(bz, _joint_rows(items, kept, blk, zs, vs, fd > 0, pp, L, fd))
         # the configurations of ZeRO stage z take its factor, at least the block's least
         fz = np.array([kept[k][2][z] for k, z in zip(blk.tolist(), zs)])
         np.minimum.at(best, blk, bz * (fz / factor[blk])[:, None])
@@ -367,8 +370,9 @@ def _column(values) -> np.ndarray:
 
 def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
     """Block b's sync-free terms on scenarios `idx` as _keep_terms kept them in `memo`, or None:
-    (A, S, {ZeRO stage: quantile factor}, {v: (relaxed_s of A and S, fill_drain's J / v or 0)}),
-    each per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
+    (A, S, {ZeRO stage: quantile factor}, {v: (relaxed_s of A and S, fill_drain's J / v or 0)},
+    floors t (scenarios, pp), output layer h (scenarios): _joint_rows reads the last two), each
+    per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
     reads them again when the search pops it to read its syncs (search._Partial.tighten),
     which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33)."""
     got = memo.get(("stage rows", id(b), tuple(idx)))
@@ -424,7 +428,7 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int) -> None:
         _per_v_terms(kept, rel, fd_rows, n, L, per_v)
     for (items, A, S, _), pv in zip(kept, per_v):
         for k, it in enumerate(items):
-            memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], pv[k]))
+            memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], pv[k], it[1], it[2]))
 
 
 def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: list) -> None:
@@ -450,6 +454,64 @@ def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: li
         for r, k in enumerate(rows.tolist()):
             per_v[ki][k][v] = (b[at + r], fd[at + r])
         at += len(rows)
+
+
+def _joint_rows(items: list, kept: list, blk: np.ndarray, zs: list, vs: list, read: np.ndarray, pp: int,
+                L: int, fd: np.ndarray) -> np.ndarray:
+    """(rows, scenarios): per row of _pp_bounds' (ZeRO stage, v) pairs (block blk[r] of `items`,
+    ZeRO stage zs[r], v vs[r]), fill_drain.fill_drain_sync_s of its floors, output layer and
+    least syncs: the pipeline's slowest stage, its stages' sum and its slowest sync read together
+    (J_v(n) + max_s (d_s + n_s g_s), the least over integer splits n_s >= 1), lowered by
+    TIE_MARGIN; 0 (no bound) where `read` (rows, scenarios) is False: fill_drain is read only
+    where it is (the v whose configurations run no embedding / loss slot, through several
+    groups). Read apart (fd + D) the two leave out that the split balancing the pipeline piles
+    layers on the fastest GPUs, whose syncs then lead (issue 33, 8 types x 8 nodes).
+
+    Why at most every configuration's value of that ZeRO stage and v, in every order of the
+    stages before the last: its value is at least J_v(n) + max_s D_s of its own split n (the
+    sum fd + D reads: T_s >= a_s + n_s t_s, D_s >= d_s + n_s g_s, with t_s, h, g_s, d_s the least
+    over the block's flags, as fd and D read them: stage_bound_rows), its split is one of those
+    the least runs over (chunks of v hold n_s >= v >= 1 layers), and a larger term gives no
+    smaller value. The stages enter as kinds: per group of the stages before the last one kind
+    of its count (its stages share floors and syncs: both are per group), in sorted group order,
+    and the last stage its own kind (a = h): so the bound is the same for every order the
+    representative stands for. Rows are priced per count of kinds, so no row is padded with
+    absent kinds and each row's floats are those of a call on its own kinds (fill_drain_s reads
+    each row alone)."""
+    out = np.zeros(read.shape)
+    rows = np.flatnonzero(read.any(axis=1))
+    if not len(rows):
+        return out
+    n = read.shape[1]
+    by_k: dict[int, list] = defaultdict(list)
+    for r in rows.tolist():
+        k = int(blk[r])
+        groups = items[k][1].classes[0].stage_groups
+        before = groups[:-1]
+        ug = sorted(set(before))
+        cols = [before.index(g) for g in ug] + [pp - 1]
+        count = [float(before.count(g)) for g in ug] + [1.0]
+        g_, d_ = items[k][5][zs[r], vs[r]]
+        t, h = kept[k][4], kept[k][5]
+        a = np.zeros((n, len(cols)))
+        a[:, -1] = h
+        m = max(items[k][4] / items[k][3], 1.0)
+        by_k[len(cols)].append((r, a, t[:, cols], np.tile(count, (n, 1)), d_[:, cols], g_[:, cols], m, vs[r],
+                                fd[r]))
+    for got in by_k.values():
+        a, t, count, d, g = (np.concatenate([x[i] for x in got]) for i in range(1, 6))
+        v = np.repeat(np.array([float(x[7]) for x in got]), n)
+        m = np.repeat(np.array([x[6] for x in got]), n)
+        caps = np.full(t.shape, float(L - pp + 1))
+        # fill_drain_sync_s reads its pipeline_s only as a bound of the least J over these splits
+        # (the tail's and the levels' skip): fd's J is one (the same least, its stages grouped
+        # into other kinds), read back from fd rather than priced again (fd v / (1 - TIE_MARGIN):
+        # a few ulps off, far inside the TIE_MARGIN the result is lowered by)
+        free = np.concatenate([x[8] for x in got]) / (1 - TIE_MARGIN) * v
+        j = fill_drain.fill_drain_sync_s(a, t, count, L, v * m, caps, d, g, v, free)
+        j = np.where(np.isnan(j), 0.0, j).reshape(len(got), n)  # (-inf: no bound)
+        out[[x[0] for x in got]] = np.where(read[[x[0] for x in got]], np.maximum(j, 0.0) * (1 - TIE_MARGIN), 0.0)
+    return out
 
 
 def _block_syncs(inst, b, idx: list[int], uniq: tuple, where: np.ndarray, syncs: dict, memo: dict,
