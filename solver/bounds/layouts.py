@@ -324,36 +324,7 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
              for z in sorted({z for it in items for z, w in it[5] if w == v})]
     covered = {(k, v) for v, _, rows in pairs for k in rows}
     if pairs:
-        blk = np.array([k for _, _, rows in pairs for k in rows], np.int64)
-        vs = [v for v, _, rows in pairs for _ in rows]
-        zs = [z for _, z, rows in pairs for _ in rows]
-        D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(blk.tolist(), zs, vs)]),
-                              np.stack([items[k][5][z, v][1] for k, z, v in zip(blk.tolist(), zs, vs)]),
-                              np.array([v in items[k][6] for k, v in zip(blk.tolist(), vs)], bool), L)
-        A = np.stack([kept[k][0] for k in blk.tolist()])
-        S = np.stack([kept[k][1] for k in blk.tolist()])
-        bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in blk.tolist()]),
-                       _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in blk.tolist()]),
-                       _column(vs), False) * (1 - TIE_MARGIN)
-        zero = np.zeros(n)
-        # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
-        b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
-        fd = np.stack([kept[k][3][v][1] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
-        bz = np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
-        # the pipeline and its slowest sync read together where fill_drain is read (_joint_rows)
-        bz = np.maximum(bz, _joint_rows(items, kept, blk, zs, vs, fd > 0, pp, L, fd))
-        # the configurations of ZeRO stage z take its factor, at least the block's least
-        fz = np.array([kept[k][2][z] for k, z in zip(blk.tolist(), zs)])
-        np.minimum.at(best, blk, bz * (fz / factor[blk])[:, None])
-        if per_mode is not None:
-            w = np.asarray(weights, float)
-            at = 0
-            for v, z, rows in pairs:
-                r = slice(at, at + len(rows))
-                lbz = (bz[r].max(-1) if agg == "max" else bz[r] @ w) * fz[r]
-                for k, lb in zip(rows, lbz.tolist()):
-                    per_mode[items[k][0], z, v] = lb
-                at += len(rows)
+        _pair_bounds(best, factor, kept, items, pairs, n, pp, L, agg, weights, per_mode)
     # a v no ZeRO stage covers (none: every v has one) reads its kept relaxed_s
     for k, (it, kp) in enumerate(zip(items, kept)):
         for v in it[2]:
@@ -361,6 +332,43 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
                 best[k] = np.minimum(best[k], kp[3][v][0] if v in kp[3] else np.zeros(n))
     agg_b = best.max(-1) if agg == "max" else best @ np.asarray(weights, float)
     return agg_b * factor
+
+
+def _pair_bounds(best: np.ndarray, factor: np.ndarray, kept: list, items: list, pairs: list, n: int, pp: int,
+                 L: int, agg: str, weights, per_mode: dict | None) -> None:
+    """_pp_bounds' (ZeRO stage, v) pairs, every pair's rows at once: lowers `best` (in place; per
+    block and scenario, in units of the block's least `factor`) to each pair's bound, and keeps
+    each pair's own bound in `per_mode` where given."""
+    blk = np.array([k for _, _, rows in pairs for k in rows], np.int64)
+    vs = [v for v, _, rows in pairs for _ in rows]
+    zs = [z for _, z, rows in pairs for _ in rows]
+    D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(blk.tolist(), zs, vs)]),
+                          np.stack([items[k][5][z, v][1] for k, z, v in zip(blk.tolist(), zs, vs)]),
+                          np.array([v in items[k][6] for k, v in zip(blk.tolist(), vs)], bool), L)
+    A = np.stack([kept[k][0] for k in blk.tolist()])
+    S = np.stack([kept[k][1] for k in blk.tolist()])
+    bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in blk.tolist()]),
+                   _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in blk.tolist()]),
+                   _column(vs), False) * (1 - TIE_MARGIN)
+    zero = np.zeros(n)
+    # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
+    b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
+    fd = np.stack([kept[k][3][v][1] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
+    bz = np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
+    # the pipeline and its slowest sync read together where fill_drain is read (_joint_rows)
+    bz = np.maximum(bz, _joint_rows(items, kept, blk, zs, vs, fd > 0, pp, L, fd))
+    # the configurations of ZeRO stage z take its factor, at least the block's least
+    fz = np.array([kept[k][2][z] for k, z in zip(blk.tolist(), zs)])
+    np.minimum.at(best, blk, bz * (fz / factor[blk])[:, None])
+    if per_mode is not None:
+        w = np.asarray(weights, float)
+        at = 0
+        for v, z, rows in pairs:
+            r = slice(at, at + len(rows))
+            lbz = (bz[r].max(-1) if agg == "max" else bz[r] @ w) * fz[r]
+            for k, lb in zip(rows, lbz.tolist()):
+                per_mode[items[k][0], z, v] = lb
+            at += len(rows)
 
 
 def _column(values) -> np.ndarray:
