@@ -24,14 +24,10 @@ import math
 
 import numpy as np
 import pytest
-from test_partitions_lazy import tiny2
+from test_partitions_lazy import _choices_of as _choices, tiny2
 
-from paraplan.cost.class_coefficients import class_outers
-from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY
 from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels
-from paraplan.solver.class_partitions import OuterChoices
-from paraplan.solver.space import declared_outers
 
 
 def _row_bottleneck(levels: np.ndarray, need: int) -> float:
@@ -115,17 +111,6 @@ def test_linked_bound_is_the_least_over_its_plans(case):
             raised += linked > bound * (1 + 1e-9)
             checked += 1
     assert checked >= 6 and raised >= 1
-
-
-def _choices(inst):
-    """OuterChoices of every outer of `inst` with layer plans beyond all-Megatron's."""
-    out = []
-    for o in declared_outers(inst):
-        ch = OuterChoices(inst, o, [0], search_mod.placer(inst, o), class_outers(inst.job, o),
-                          lambda coeffs, o=o: search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True))
-        if ch.total > 1:
-            out.append((o, ch))
-    return out
 
 
 def _every_candidate(ch, node) -> list[float]:
