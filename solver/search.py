@@ -967,13 +967,14 @@ class _Partials:
         return kids + [_Partial(start + k, (lb * (1 - PARTIAL_MARGIN), -1, -1), self.sizes[start + k])
                        for k, lb in enumerate(bounds.tolist()) if math.isfinite(lb)]
 
-    def read_syncs(self, inst: Instance, indices: list[int]) -> list[float]:
+    def read_syncs(self, inst: Instance, indices: list[int], ceiling_s: float = math.inf) -> list[float]:
         """The bounds of stage-wise partial layouts `indices` raised by their syncs
         (layouts.partial_bounds_s with the layer memo), read as the search pops them; each
-        representative's bound per ZeRO stage and v kept in sync_bounds."""
+        representative's bound per ZeRO stage and v kept in sync_bounds. `ceiling_s`: the
+        search's bar (partial_bounds_s)."""
         per_block: dict = {}
         bounds = partial_bounds_s(inst, [self.partials[i] for i in indices], *self.scenarios, self.memo, per_block,
-                                  self.layer_memo)
+                                  self.layer_memo, ceiling_s)
         self.sync_bounds.update({(indices[k[0]], *k[1:]): lb for k, lb in per_block.items() if len(k) > 4})
         self.synced.update(indices)
         return bounds.tolist()
@@ -1024,7 +1025,7 @@ class _Partial(_Node):
                 s.weights, s.sync_memo).tolist()))
         fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if fresh:
-            read.update(zip(fresh, lazy.read_syncs(s.inst, fresh)))
+            read.update(zip(fresh, lazy.read_syncs(s.inst, fresh, s.won.bar()[0] * (1 + REL_TOL))))
         return [read.get(p.index, -math.inf) * (1 - PARTIAL_MARGIN) for p in got]
 
 

@@ -46,6 +46,8 @@ every block there.
 
 from __future__ import annotations
 
+import math
+
 from collections import defaultdict
 
 import numpy as np
@@ -114,7 +116,7 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
 
 def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
                      memo: dict | None = None, per_block: dict | None = None,
-                     layer_memo: dict | None = None) -> np.ndarray:
+                     layer_memo: dict | None = None, ceiling_s: float = math.inf) -> np.ndarray:
     """A lower bound of every configuration of each partial layout (solver/space.Partial), on
     scenarios `idx` aggregated as `agg`: of the other families the least block bound
     (block_bounds_s) of its layout; of a stage-wise one, through its groups in every order,
@@ -128,7 +130,8 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
     least over its (ZeRO stage, v) of stage_bound_rows' per_mode, and `per_block` keeps each of
     those under the representative's key with (ZeRO stage, v) appended. The search reads them
     only for the layouts it pops (issue 33: read up front for every block, they were half the
-    CPU of a one-type plan whose search lists few)."""
+    CPU of a one-type plan whose search lists few). `ceiling_s` (the search's bar): a (ZeRO
+    stage, v) bound above it is not raised by the joint reading (_pair_bounds)."""
     out = np.full(len(partials), np.inf)
     blocks, owner, rows, row_owner = [], [], [], []
     for i, part in enumerate(partials):
@@ -143,7 +146,7 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
         np.minimum.at(out, np.array(owner, np.int64), block_bounds_s(inst, blocks, idx, agg, weights, memo))
     if rows:
         per_mode: dict | None = None if layer_memo is None else {}
-        rb = stage_bound_rows(inst, rows, idx, agg, weights, memo, layer_memo, per_mode)
+        rb = stage_bound_rows(inst, rows, idx, agg, weights, memo, layer_memo, per_mode, ceiling_s)
         np.minimum.at(out, np.array(row_owner, np.int64), rb)
         if per_block is not None:
             for i, blk, lb in zip(row_owner, rows, rb.tolist()):
@@ -162,7 +165,8 @@ def representative_key(i: int, blk) -> tuple:
 
 
 def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None,
-                     layer_memo: dict | None = None, per_mode: dict | None = None) -> np.ndarray:
+                     layer_memo: dict | None = None, per_mode: dict | None = None,
+                     ceiling_s: float = math.inf) -> np.ndarray:
     """Per block of a lone stage-wise class ending on group g, a lower bound of the bound before
     pricing (unpriced.floor_bounds_s) of every configuration of that block and of every block
     that differs from it only in the order of the stages before the last: the class's stages
@@ -271,7 +275,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         _plain_bounds(memo, idx, by_pp, agg, weights, out)
         return out
     for pp, items in by_pp.items():
-        out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode)
+        out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode, ceiling_s)
     return out
 
 
@@ -304,7 +308,7 @@ def _plain_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, ou
 
 
 def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: str, weights,
-               per_mode: dict | None) -> np.ndarray:
+               per_mode: dict | None, ceiling_s: float = math.inf) -> np.ndarray:
     """stage_bound_rows' bounds of its blocks of `pp` stages (`items`, as it lists them), per
     block: the least over each v and ZeRO stage of relaxed_s of the kept A and S with the
     slowest sync D, aggregated over scenarios, times that ZeRO stage's quantile factor (the
@@ -324,7 +328,7 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
              for z in sorted({z for it in items for z, w in it[5] if w == v})]
     covered = {(k, v) for v, _, rows in pairs for k in rows}
     if pairs:
-        _pair_bounds(best, factor, kept, items, pairs, n, pp, L, agg, weights, per_mode)
+        _pair_bounds(best, factor, kept, items, pairs, n, pp, L, agg, weights, per_mode, ceiling_s)
     # a v no ZeRO stage covers (none: every v has one) reads its kept relaxed_s
     for k, (it, kp) in enumerate(zip(items, kept)):
         for v in it[2]:
@@ -335,10 +339,14 @@ def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: st
 
 
 def _pair_bounds(best: np.ndarray, factor: np.ndarray, kept: list, items: list, pairs: list, n: int, pp: int,
-                 L: int, agg: str, weights, per_mode: dict | None) -> None:
+                 L: int, agg: str, weights, per_mode: dict | None, ceiling_s: float = math.inf) -> None:
     """_pp_bounds' (ZeRO stage, v) pairs, every pair's rows at once: lowers `best` (in place; per
     block and scenario, in units of the block's least `factor`) to each pair's bound, and keeps
-    each pair's own bound in `per_mode` where given."""
+    each pair's own bound in `per_mode` where given. A pair whose bound without the joint reading
+    is above `ceiling_s` (the search's bar) is not raised by it: the joint reading only raises,
+    so that pair cannot win either way, and the search skips the configurations of a pair above
+    its bar (per_mode) and prunes a layout whose least pair is (issue 33: the joint reading of
+    every pair was 3-6 s of the 4 x 16 row's CPU)."""
     blk = np.array([k for _, _, rows in pairs for k in rows], np.int64)
     vs = [v for v, _, rows in pairs for _ in rows]
     zs = [z for _, z, rows in pairs for _ in rows]
@@ -355,13 +363,15 @@ def _pair_bounds(best: np.ndarray, factor: np.ndarray, kept: list, items: list, 
     b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
     fd = np.stack([kept[k][3][v][1] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
     bz = np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
-    # the pipeline and its slowest sync read together where fill_drain is read (_joint_rows)
-    bz = np.maximum(bz, _joint_rows(items, kept, blk, zs, vs, fd > 0, pp, L, fd))
     # the configurations of ZeRO stage z take its factor, at least the block's least
     fz = np.array([kept[k][2][z] for k, z in zip(blk.tolist(), zs)])
+    # the pipeline and its slowest sync read together where fill_drain is read (_joint_rows),
+    # on the pairs that can still win
+    w = np.asarray(weights, float)
+    below = (bz.max(-1) if agg == "max" else bz @ w) * fz <= ceiling_s
+    bz = np.maximum(bz, _joint_rows(items, kept, blk, zs, vs, (fd > 0) & below[:, None], pp, L, fd))
     np.minimum.at(best, blk, bz * (fz / factor[blk])[:, None])
     if per_mode is not None:
-        w = np.asarray(weights, float)
         at = 0
         for v, z, rows in pairs:
             r = slice(at, at + len(rows))

@@ -63,7 +63,7 @@ def test_the_search_reads_syncs_only_for_layouts_through_several_groups(monkeypa
     read: list = []
     real = search_mod._Partials.read_syncs
     monkeypatch.setattr(search_mod._Partials, "read_syncs",
-                        lambda self, inst, idx: read.append([self.partials[i].used for i in idx]) or real(self, inst, idx))
+                        lambda self, inst, idx, *a: read.append([self.partials[i].used for i in idx]) or real(self, inst, idx, *a))
     search_mod.search(load_instance("instances/llama3-8b-64xH100.yaml"), time_limit_s=60)
     assert not read
     search_mod.search(load_instance("instances/mixed/tiny-2types.yaml"), time_limit_s=60)

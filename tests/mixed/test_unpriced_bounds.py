@@ -151,7 +151,7 @@ def test_the_planner_prices_fewer_configurations_for_the_same_answer(monkeypatch
             # nor keyed by their stage-wise representative's bound when listed (_list_layouts)
             mp.setattr(search_module, "representative_key", lambda i, blk: None)
             # nor pruned by their stage-wise layouts' syncs as they are popped (_Partial.tighten)
-            mp.setattr(search_module._Partials, "read_syncs", lambda self, inst, idx: [0.0] * len(idx))
+            mp.setattr(search_module._Partials, "read_syncs", lambda self, inst, idx, *a: [0.0] * len(idx))
             every = search(inst, objective=with_floor.objective)
         assert every.priced == every.outer_configs
         assert (with_floor.status, with_floor.plan, with_floor.objective_s) == (every.status, every.plan, every.objective_s)
