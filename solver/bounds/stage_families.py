@@ -93,9 +93,7 @@ from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.cost.space_rules import cp_problem, split_slots_run
 from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.bounds.class_memory import ClassMemory
 from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s
-from paraplan.solver.bounds.stage_recompute import StageRecompute
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
@@ -228,6 +226,10 @@ class FamilyBounds:
         # with per-operator partitions, the layer plans' floors; class_memory.py's proof holds
         # for every layer plan (its module docstring)
         self.layer_plans = partitions_enabled(inst)
+        # imported here: a search without deferred families (no search.idle_gpus) builds none
+        # of these, and GPT-3 175B's plan reads stage_families' group_factor only (issue 33)
+        from paraplan.solver.bounds.class_memory import ClassMemory
+        from paraplan.solver.bounds.stage_recompute import StageRecompute
         self.memory = ClassMemory(inst, int(self.mbs.min()), self.layer_plans) if len(self.mbs) else None
         self.stage_recompute = StageRecompute(self)
 

@@ -17,7 +17,6 @@ from paraplan.solver.commands.parser import (HELP_BACKEND, HELP_JSON, HELP_MAX_C
 from paraplan.solver.plan_text import (describe_cluster, describe_plan, evidence, objective_text, plan_lines,
                                        sensitivity_text, shown_as_groups)
 from paraplan.solver.result_json import plan_train_cost, result_json
-from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
 
 def progress_printer(args):
@@ -296,6 +295,7 @@ def cmd_verify(args) -> int:
     from paraplan.solver.search import search
     from paraplan.solver.commands.groups import class_instance
     from paraplan.solver.commands.limits import Deadline
+    from paraplan.solver.commands.verdict import exhaustive_method, report_verify
 
     inst, objective = class_instance(args)
     flat = inst.flat  # the exact DP solves one class on one network

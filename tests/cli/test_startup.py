@@ -22,7 +22,11 @@ what they give from cost/published/trust_table.json (cost/trust_table.py). Nor t
 partitions' tables and rules (paraplan.cost.partition, paraplan.cost.partition_names) or the
 layer plans' search (paraplan.solver.class_partitions), which only a search over partitions
 (search.tensor_partitions) reads, checked loaded there: their records cost GPT-3 175B's plan on
-1,024 A100 (the README's first command, planned here too) about 7 ms of CPU at every start."""
+1,024 A100 (the README's first command, planned here too) about 7 ms of CPU at every start. Nor
+the deferred stage families' memory and recompute terms (paraplan.solver.bounds.class_memory,
+paraplan.solver.bounds.stage_recompute, with option_recompute and plan_range behind them), which
+only search.idle_gpus defers families for, checked loaded there, or `verify`'s verdict
+(paraplan.solver.commands.verdict)."""
 
 from __future__ import annotations
 
@@ -49,7 +53,9 @@ WATCHED = ("ortools", "pulp", "pandas", "matplotlib", "dask", "distributed", "co
            "paraplan.formulations.partition", "paraplan.cost.hf_config", "paraplan.formulations.dualpipe",
            "paraplan.solver.option_families", "paraplan.cost.asymmetric", "paraplan.solver.commands.schema",
            "paraplan.cost.calibration", "paraplan.cost.crossval", "paraplan.cost.partition",
-           "paraplan.cost.partition_names", "paraplan.solver.class_partitions")
+           "paraplan.cost.partition_names", "paraplan.solver.class_partitions",
+           "paraplan.solver.bounds.class_memory", "paraplan.solver.bounds.stage_recompute",
+           "paraplan.solver.commands.verdict")
 
 
 def _loaded(path: Path, argv: list[str]) -> dict:
@@ -111,6 +117,14 @@ def test_a_search_over_partitions_still_imports_them():
     assert got["code"] == 0, got
     assert {"paraplan.cost.partition", "paraplan.cost.partition_names",
             "paraplan.solver.class_partitions"} <= set(got["loaded"]), got
+
+
+def test_deferred_stage_families_still_import_their_terms():
+    # with search.idle_gpus the tiny GPT's one-group stage families are deferred, each with its
+    # memory floor and recompute rows (solver/bounds/stage_families.py)
+    got = _loaded(ROOT / "instances" / "tiny-gpt-8xA100.yaml", ["--search", "idle_gpus=true"])
+    assert got["code"] == 0, got
+    assert {"paraplan.solver.bounds.class_memory", "paraplan.solver.bounds.stage_recompute"} <= set(got["loaded"]), got
 
 
 def test_a_dualpipe_job_still_imports_its_pricing(tmp_path):
