@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost import comm, memory, moe, scale, zero_bubble
+from paraplan.cost import comm, memory, moe, moe_params, scale, zero_bubble
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import (behaviour, bucket_calls, gather_calls, grad_reduce_overlaps,
                                       recompute_regather_params, recompute_stops_early)
@@ -1234,23 +1234,27 @@ def _stage_extras(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficien
         fill_root_s=fill, tie_s=tie, slow=scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel))
 
 
-# _OuterParts of recent (instance, configuration, placement, network, reserve), by the
-# instance's and the placement's identity (held in the entry, so that their ids are not reused
-# while it lives) and the configuration's value (a class planner makes a new Outer per ask)
-_OUTER_PARTS: dict[tuple, tuple[Instance, Placement, _OuterParts]] = {}
+# _OuterParts of recent (instance, configuration, placement, network, reserve, MoE parameters),
+# by the instance's, the placement's and the MoE parameters' identity (held in the entry, so
+# that their ids are not reused while it lives) and the configuration's value (a class planner
+# makes a new Outer per ask)
+_OUTER_PARTS: dict[tuple, tuple[Instance, Placement, _OuterParts, object]] = {}
 
 
 def _outer_parts(inst: Instance, o: Outer, net: NetEfficiency, reserve_bytes: float,
                  placement: Placement | None) -> _OuterParts:
     pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
-    key = (id(inst), o, id(pl), net, reserve_bytes)
+    # an MoE model's parts read the MoE parameters in force (the stashed routed tokens' imbalance),
+    # which a fit changes on one instance (cost/moe_anchors.pricer): keyed by their identity too
+    params = moe_params.active() if inst.model.moe is not None else None
+    key = (id(inst), o, id(pl), net, reserve_bytes, id(params))
     hit = _OUTER_PARTS.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is pl:
+    if hit is not None and hit[0] is inst and hit[1] is pl and hit[3] is params:
         return hit[2]
     out = _OuterParts(inst, o, pl, reserve_bytes)
     if len(_OUTER_PARTS) >= 4096:
         _OUTER_PARTS.clear()
-    _OUTER_PARTS[key] = (inst, pl, out)
+    _OUTER_PARTS[key] = (inst, pl, out, params)
     return out
 
 
@@ -1473,17 +1477,21 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
     # from the ring size dp_n (megatron_layer, _layer_costs), so configurations differing only
     # there share them, except whether the gradient reduction overlaps, which reads pp and v
     # (framework.grad_reduce_overlaps: a pipeline-free ZeRO-0 plan overlaps in every Megatron-LM
-    # release), so it is part of the key; an MoE layer's all-to-all overlap reads pp and v (cost/moe.py)
-    view = (o if inst.model.moe is not None
+    # release), so it is part of the key; an MoE layer's all-to-all overlap reads pp and v (cost/moe.py),
+    # and its expert terms the MoE parameters in force (cost/moe_params.active), which a fit
+    # changes on one instance (cost/moe_anchors.pricer): keyed by their identity (held in the
+    # entry, as the instance is; hashing the record per lookup cost about 1 us)
+    params = moe_params.active() if inst.model.moe is not None else None
+    view = ((o, id(params)) if params is not None
             else (_dense_layer_view(o), grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)))
     key = (id(inst), id(site), view, dp_n, net)
     hit = _LAYER_COSTS.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is site:
+    if hit is not None and hit[0] is inst and hit[1] is site and hit[3] is params:
         return hit[2]
     out = _layer_costs(inst, o, site, dp_n, net, layer_fn)
     if len(_LAYER_COSTS) >= 65536:
         _LAYER_COSTS.clear()
-    _LAYER_COSTS[key] = (inst, site, out)
+    _LAYER_COSTS[key] = (inst, site, out, params)
     return out
 
 

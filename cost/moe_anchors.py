@@ -62,8 +62,7 @@ def _bundled_mapping(name: str) -> dict:
 
 def anchor_instance(row: dict) -> Instance:
     """The row's bundled instance (`paraplan_instance`, "instances/<file>") with its options: a
-    new Instance on each call, so that pricing's memos kept per instance object
-    (cost/coefficients) never carry one MoeParams' prices into another's (cost/moe_fit.py)."""
+    new Instance on each call (pricer prices one under every MoeParams of the fit's grid)."""
     name = row["paraplan_instance"].split()[0].removeprefix("instances/")
     base = copy.deepcopy(_bundled_mapping(name))
     return instance_from_mapping(_merged(base, row.get("paraplan_options", {})), row["id"], prefix="")
@@ -93,17 +92,18 @@ def price(row: dict) -> AnchorPrice:
 
 def pricer(row: dict) -> Callable[[], AnchorPrice]:
     """price(row) as a function to call once per MoeParams (cost/moe_fit.grid_log_errors prices
-    each row at up to 18,432 grid points): the row's instance and plan read once, each call
-    priced on a new Instance object equal to it (`replace` with no change: the same model,
-    cluster and job records), since pricing keeps its memos of the MoE layers per instance
-    object (cost/coefficients) and one point's prices must not carry into the next. The memos
-    keyed by the model or GPU alone (cost/flops views, the output layer) read no MoeParams.
-    Reading the file's mapping into an Instance and the plan against it was over half of each
-    price (1.2-2.0 ms a price -> 0.6-0.7 ms on three rows; issue 32). The plan is checked
-    against the instance, and its classes placed on the cluster, once here too (simulate's
-    `checked` and `placements`): every call's instance has this one's values and the same
-    cluster object, and neither reads MoeParams, so each call would repeat the same check and
-    placement (29% of a price under a profiler)."""
+    each row at up to 18,432 grid points): the row's instance and plan read once, and every
+    call priced on that one Instance object. Pricing keeps its memos per instance object
+    (cost/coefficients); those whose values read MoeParams (an MoE layer's costs, the parts of a
+    configuration: the stashed tokens' imbalance) are keyed by the parameters in force too, so
+    one point's prices do not carry into the next, while what reads none of them (the attention
+    view's and dense prefix's layer costs, the output layer, the model views) is priced once
+    for all the points: 0.60 -> 0.46 ms a price over the 33 rows (issue 32; each call priced on a
+    new Instance equal to this one before). Reading the file's mapping into an Instance and the
+    plan against it was over half of each price (1.2-2.0 ms a price -> 0.6-0.7 ms on three rows;
+    issue 32). The plan is checked against the instance, and its classes placed on the cluster,
+    once here too (simulate's `checked` and `placements`): neither reads MoeParams, so each call
+    would repeat the same check and placement (29% of a price under a profiler)."""
     inst = anchor_instance(row)
     plan = plan_from_mapping(row["paraplan_plan"], inst, row["id"])
     plan.check_against(inst)  # as simulate checks it (the reader checks a flat plan on group_alone)
@@ -112,7 +112,7 @@ def pricer(row: dict) -> Callable[[], AnchorPrice]:
 
     def priced() -> AnchorPrice:
         # the row ran: priced against the whole HBM, no planning reserve
-        bd = simulate(replace(inst), plan, reserve_bytes=0.0, checked=True, placements=placements)
+        bd = simulate(inst, plan, reserve_bytes=0.0, checked=True, placements=placements)
         return AnchorPrice(id=row["id"], gpu=row["cluster"]["gpu"], published_tflops_per_gpu=published,
                            iter_time_s=bd.iter_time_s, megatron_tflops_per_gpu=bd.megatron_tflops_per_gpu,
                            error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,

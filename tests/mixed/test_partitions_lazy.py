@@ -185,6 +185,7 @@ def test_lazy_partitions_find_the_full_listings_layer_plans(case, options, monke
         assert (res.outer_configs, res.plans_total) == (full.outer_configs, full.plans_total)
 
 
+@pytest.mark.slow  # 5.1 s of CPU, -n 0 at load 16 (issue 32)
 def test_option_family_bounds_are_at_most_their_layouts_layer_plans_bounds():
     # every option family expanded with no cutoff (as test_option_bound_admissible.py): each
     # layout it sets up lies above its node's and its family's bound, read against the least

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from paraplan.cost import moe_fit, moe_params
+from paraplan.cost import moe_anchors, moe_fit, moe_params
 from paraplan.cost.moe_anchors import price, priced_rows
 from paraplan.cost.moe_params import FITTED, RANGES, MoeParams
 
@@ -115,7 +115,8 @@ def test_leave_one_table_out_mean_abs_error_at_most_12_pct():
 def test_cross_validation_reproduces_the_stored_file():
     # the whole fit and its folds, recomputed: 72,192 prices, 69-76 s of CPU at load 5-8, 81-109 s
     # before each row's plan was checked and placed once (issue 32; cost/moe_fit.grid_log_errors,
-    # each row read once, cost/moe_anchors.pricer)
+    # each row read once, cost/moe_anchors.pricer); the grid 22% less since each row's points
+    # share one instance and what reads no MoeParams (63.1 -> 49.4 s side by side, issue 32)
     from paraplan.cost.readers.strict_yaml import read_yaml
     cv = moe_fit.cross_validate()
     assert cv.fitted == FITTED
@@ -126,6 +127,27 @@ def test_cross_validation_reproduces_the_stored_file():
         assert a["id"] == b["id"]
         assert a["out_of_sample_error_pct"] == pytest.approx(b["out_of_sample_error_pct"], abs=1e-3)
     assert not math.isnan(sum(cv.out_of_sample_error_pct))
+
+
+def test_one_instance_priced_under_other_parameters_gets_their_prices():
+    # cost/moe_anchors.pricer prices one Instance object at every grid point: pricing's memos
+    # kept per instance (cost/coefficients) key what reads MoeParams by the parameters in force,
+    # so each point's price is the one a fresh instance gets under them (moe_fit.price_with),
+    # whichever point came before. Every parameter at the other end of its grid from UNFITTED's
+    # value, on every row that reads some of them.
+    far = MoeParams(**{n: max(moe_fit.GRID[n], key=lambda v: abs(v - getattr(moe_fit.UNFITTED, n)))
+                       for n in moe_fit.NAMES})
+    moved = 0
+    for row in moe_fit.fitted_rows():
+        priced = moe_anchors.pricer(row)
+        got = []
+        for params in (moe_fit.UNFITTED, far, moe_fit.UNFITTED, far):
+            with moe_params.using(params):
+                got.append(priced().iter_time_s)
+        want = [moe_fit.price_with(row, p).iter_time_s for p in (moe_fit.UNFITTED, far)]
+        assert got == want + want, row["id"]
+        moved += want[0] != want[1]
+    assert moved >= 20  # not vacuous: most rows read the parameters
 
 
 def test_moe_params_override_only_inside_the_block():
