@@ -33,9 +33,10 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    with each class's slowest stage and stages' sum read over every combination of its
    buckets' plans, each plan priced (solver/bounds/plan_bottleneck.py: exact, group by group;
    only the plans no other of the bucket is below in what the stage levels read), and its
-   slowest sync at the buckets' sync coefficients with each plan's own layer caps; its children
-   are keyed so from the start (_linked_terms); the root's are not (their plans would be
-   priced for nodes that never come up). On the three-type, two-site row the keys of the
+   slowest sync at the buckets' sync coefficients with each plan's own layer caps (read in
+   one batch with the outer's other nodes whose plans are all priced by then, _linked_now);
+   its children are keyed so from the start (_linked_terms); the root's are not (their plans
+   would be priced for nodes that never come up). On the three-type, two-site row the keys of the
    lowest first-level nodes of 8 configurations rose from 15.56-15.65 s to 16.22-16.51 s
    (13-27 ms each), the least bound over each one's combinations of plans being 16.41-16.63 s
    (measured after 20 s). (Bounding every combination of
@@ -289,7 +290,7 @@ class OuterChoices:
         elif not node.linked and node.level >= 1:
             # keyed by its buckets' optimistic coefficients: first keyed again by its linked
             # bound, expanded only when it comes up again under that key and can still win
-            lb = max(node.bound, self._linked(node))
+            lb = max(node.bound, self._linked_now(node))
             if lb > cut:
                 out.pruned_by_bound += node.weight
             else:
@@ -326,6 +327,8 @@ class OuterChoices:
         self.priced: dict = {}  # (k, g, bucket of plan positions) -> its coefficients per scenario
         self.plan_steps: dict = {}  # ((k, g), plan positions) -> _steps
         self.plan_syncs: dict = {}  # ((k, g), bucket entry, scenario position) -> _sync_steps
+        self.unlinked: dict = {}  # Subset.sets -> its node, of the nodes listed not linked (_linked_now)
+        self.linked_keys: dict = {}  # Subset.sets -> _linked of a node not come up yet
         self.plan_blocks: list = []  # _plan_arrays' priced rows, a block per pass
         self.plan_home: dict = {}  # ((k, g), plan position) -> (block, row)
         radix = [len(plans[x]) for x in self.keys]
@@ -408,7 +411,10 @@ class OuterChoices:
                 for k in range(K):
                     for x, c in zip(members[k], picks[k][row[k]]):
                         sets[keys.index(x)] = kept[x][c] if c else (0,)
-                out.nodes.append((float(lb), Subset(tuple(sets), node.level + 1, float(lb), linked)))
+                kid = Subset(tuple(sets), node.level + 1, float(lb), linked)
+                out.nodes.append((float(lb), kid))
+                if not linked:
+                    self.unlinked[kid.sets] = kid
             return
         class_cache: dict[tuple[int, int], list[StageCoefficients]] = {}
         masks, plans = self.masks, self.plans
@@ -556,21 +562,45 @@ class OuterChoices:
             A.append(tau), Sm.append(sigma), D.append(delta)
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
 
-    def _linked(self, node: "Subset") -> float:
-        """A lower bound of every combination of `node`: each class's slowest stage, stages' sum
-        and slowest sync read over the combinations of its choices' plans (_linked_reads), each
-        at least its term at the node's coefficients per choice (_node_store)."""
-        K = len(self.o.classes)
-        sets = dict(zip(self.keys, node.sets))
+    def _linked_now(self, node: "Subset") -> float:
+        """_linked of `node`, read when it comes up: kept from an earlier call, or read now, and
+        then, in one batch, that of every node of this outer not linked yet whose buckets' plans
+        are all priced by then (reading them costs no build: one at a time, each cost 1-2 ms on
+        the three-type, two-site row, 10 times the batch's share; linking the root's children
+        when listed priced every plan of them, and that row's bound fell 0.15 s at 30 s of CPU)."""
+        self.unlinked.pop(node.sets, None)
+        got = self.linked_keys.pop(node.sets, None)
+        if got is not None:
+            return got
+        got = float(self._linked([node])[0])
+        ready = [n for n in self.unlinked.values()
+                 if all((x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, n.sets))]
+        if ready:
+            for n, lb in zip(ready, self._linked(ready)):
+                self.linked_keys[n.sets] = float(lb)
+                del self.unlinked[n.sets]
+        return got
+
+    def _linked(self, nodes: list) -> np.ndarray:
+        """Per node of `nodes`, a lower bound of every combination of it: each class's slowest
+        stage, stages' sum and slowest sync read over the combinations of its choices' plans
+        (_linked_reads), each at least its term at the node's coefficients per choice
+        (_node_store); all nodes at once."""
         per = []
-        for k in range(K):
+        for k in range(len(self.o.classes)):
             members = [x for x in self.keys if x[0] == k]
-            store = self._node_store(k, sets)
-            kept = {x: [0, sets[x]] for x in members}
-            picks = np.ones((1, len(members)), int)
+            store, kept = {}, {x: [0] for x in members}
+            picks = np.zeros((len(nodes), len(members)), int)
+            for r, node in enumerate(nodes):
+                sets = dict(zip(self.keys, node.sets))
+                store.update(self._node_store(k, sets))
+                for col, x in enumerate(members):
+                    if sets[x] not in kept[x][1:]:
+                        kept[x].append(sets[x])
+                    picks[r, col] = kept[x].index(sets[x], 1)
             terms = self._class_terms(k, members, kept, picks, store, self.meg)
-            per.append(self._linked_terms(k, members, kept, picks, terms, np.zeros(1, int), store)[:3])
-        return float(self._combination_bounds(per)[0])
+            per.append(self._linked_terms(k, members, kept, picks, terms, np.arange(len(nodes)), store)[:3])
+        return self._combination_bounds(per)
 
     def _node_store(self, k: int, sets: dict) -> dict:
         """Per choice x of class k, its coefficients in a node holding plans sets[x] (per

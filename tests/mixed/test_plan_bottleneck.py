@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 import pytest
-from test_partitions_lazy import _choices_of as _choices, tiny2
+from test_partitions_lazy import _choices_of as _choices, _choices_of_one, tiny2
 
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, stage_levels
 from paraplan.solver.bounds.plan_bottleneck import group_steps, group_sums, least_levels, least_sums
@@ -153,7 +153,7 @@ def test_linked_bound_is_the_least_over_its_plans(case):
         # each combination of a node is priced and bounded below: a few small nodes per outer
         nodes = [(b, n) for b, n in ch.expand(math.inf).nodes if n.weight <= 256]
         for bound, node in nodes[:: max(1, len(nodes) // 3)]:
-            linked = ch._linked(node)
+            linked = float(ch._linked([node])[0])
             for k in range(len(o.classes)):
                 members = [x for x in ch.keys if x[0] == k]
                 kept = {x: [0, s] for x, s in zip(ch.keys, node.sets) if x[0] == k}
@@ -177,6 +177,31 @@ def test_linked_bound_is_the_least_over_its_plans(case):
             raised += linked > bound * (1 + 1e-9)
             checked += 1
     assert checked >= 6 and raised >= 1
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_linked_keys_read_in_a_batch_are_those_read_one_at_a_time(case):
+    # a node's linked key is read alone, or with its outer's others whose plans are priced
+    # (_linked_now): the same numbers either way, in any order the nodes come up
+    inst = CASES[case]()
+    checked = batched = 0
+    for o, ch in _choices(inst)[::3]:
+        if ch.optimistic(stop_unfit=True) is None:
+            continue
+        nodes = [n for _, n in ch.expand(math.inf).nodes if n.level == 1 and not n.linked]
+        if not nodes:
+            continue
+        alone = [float(ch._linked([n])[0]) for n in nodes]
+        assert np.array_equal(ch._linked(nodes), alone)
+        fresh = _choices_of_one(inst, o)
+        fresh.optimistic(stop_unfit=True)
+        again = {n.sets: n for _, n in fresh.expand(math.inf).nodes}
+        for n, want in list(zip(nodes, alone))[::-1]:  # come up in another order than listed
+            batched += n.sets in fresh.linked_keys
+            assert fresh._linked_now(again[n.sets]) == want
+        assert not fresh.unlinked and not fresh.linked_keys
+        checked += 1
+    assert checked >= 2 and batched >= 1
 
 
 def _every_candidate(ch, node) -> list[float]:
