@@ -30,10 +30,13 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    and bounded alone; above U or memory-infeasible: dropped. A bucket's optimistic terms
    take its time from one plan and its memory from another (the fastest plans replicate
    weights, so hold fewer layers), so a node that comes up is first keyed again (_linked)
-   with each class's slowest stage read over every combination of its buckets' plans, each
-   plan priced (solver/bounds/plan_bottleneck.py: exact, group by group), and its children
-   are keyed so from the start (_linked_terms); the root's are not (their plans would be
-   priced for nodes that never come up). On the three-type, two-site row the keys of the
+   with each class's slowest stage and stages' sum read over every combination of its
+   buckets' plans, each plan priced (solver/bounds/plan_bottleneck.py: exact, group by group;
+   only the plans no other of the bucket is below in what the stage levels read), and its
+   slowest sync at the buckets' sync coefficients with each plan's own layer caps (read in
+   one batch with the outer's other nodes whose plans are all priced by then, _linked_now);
+   its children are keyed so from the start (_linked_terms); the root's are not (their plans
+   would be priced for nodes that never come up). On the three-type, two-site row the keys of the
    lowest first-level nodes of 8 configurations rose from 15.56-15.65 s to 16.22-16.51 s
    (13-27 ms each), the least bound over each one's combinations of plans being 16.41-16.63 s
    (measured after 20 s). (Bounding every combination of
@@ -73,7 +76,8 @@ from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAFETY, coupled_above,
                                                memory_infeasible, stage_levels, tight_class_terms)
-from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels
+from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, held_chunks, least_levels, least_sums,
+                                                    level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
@@ -286,7 +290,7 @@ class OuterChoices:
         elif not node.linked and node.level >= 1:
             # keyed by its buckets' optimistic coefficients: first keyed again by its linked
             # bound, expanded only when it comes up again under that key and can still win
-            lb = max(node.bound, self._linked(node))
+            lb = max(node.bound, self._linked_now(node))
             if lb > cut:
                 out.pruned_by_bound += node.weight
             else:
@@ -322,6 +326,9 @@ class OuterChoices:
         out.pruned_by_dominance = self.total - listed
         self.priced: dict = {}  # (k, g, bucket of plan positions) -> its coefficients per scenario
         self.plan_steps: dict = {}  # ((k, g), plan positions) -> _steps
+        self.plan_syncs: dict = {}  # ((k, g), bucket entry, scenario position) -> _sync_steps
+        self.unlinked: dict = {}  # Subset.sets -> its node, of the nodes listed not linked (_linked_now)
+        self.linked_keys: dict = {}  # Subset.sets -> _linked of a node not come up yet
         self.plan_blocks: list = []  # _plan_arrays' priced rows, a block per pass
         self.plan_home: dict = {}  # ((k, g), plan position) -> (block, row)
         radix = [len(plans[x]) for x in self.keys]
@@ -404,7 +411,10 @@ class OuterChoices:
                 for k in range(K):
                     for x, c in zip(members[k], picks[k][row[k]]):
                         sets[keys.index(x)] = kept[x][c] if c else (0,)
-                out.nodes.append((float(lb), Subset(tuple(sets), node.level + 1, float(lb), linked)))
+                kid = Subset(tuple(sets), node.level + 1, float(lb), linked)
+                out.nodes.append((float(lb), kid))
+                if not linked:
+                    self.unlinked[kid.sets] = kid
             return
         class_cache: dict[tuple[int, int], list[StageCoefficients]] = {}
         masks, plans = self.masks, self.plans
@@ -481,7 +491,7 @@ class OuterChoices:
             for k in range(K):
                 rows = np.unique(grid[alive, k])
                 if len(rows):
-                    terms[k] = self._linked_terms(k, members[k], kept, picks[k], terms[k], rows)
+                    terms[k] = self._linked_terms(k, members[k], kept, picks[k], terms[k], rows, store)
             fits, quick = bounded()
         p = self.problem
         if p.classes == 1 and (p.objective == "max" or len(self.scenarios) == 1):
@@ -552,71 +562,141 @@ class OuterChoices:
             A.append(tau), Sm.append(sigma), D.append(delta)
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
 
-    def _linked(self, node: "Subset") -> float:
-        """A lower bound of every combination of `node`: each class's slowest stage read over the
-        combinations of its choices' plans (_linked_tau), its sum and sync terms at the node's
-        coefficients per choice (below each of its plans': Megatron's build, a bucket's
-        optimistic coefficients, or where the node holds both their elementwise minimum)."""
-        K, S = len(self.o.classes), len(self.scenarios)
-        sets = dict(zip(self.keys, node.sets))
-        per = []
-        for k in range(K):
-            members = [x for x in self.keys if x[0] == k]
-            store = {}
-            for x in members:
-                mine = tuple(p for p in sets[x] if p)
-                if not mine:
-                    store[x[0], x[1], sets[x]] = [self.meg[si, k] for si in range(S)]
-                    continue
-                c = self._coeffs(x, mine)
-                store[x[0], x[1], sets[x]] = c if len(mine) == len(sets[x]) else \
-                    [elementwise_min(self.meg[si, k], c[si]) for si in range(S)]
-            kept = {x: [0, sets[x]] for x in members}
-            picks = np.ones((1, len(members)), int)
-            terms = self._class_terms(k, members, kept, picks, store, self.meg)
-            per.append(self._linked_terms(k, members, kept, picks, terms, np.zeros(1, int))[:3])
-        return float(self._combination_bounds(per)[0])
+    def _linked_now(self, node: "Subset") -> float:
+        """_linked of `node`, read when it comes up: kept from an earlier call, or read now, and
+        then, in one batch, that of every node of this outer not linked yet whose buckets' plans
+        are all priced by then (reading them costs no build: one at a time, each cost 1-2 ms on
+        the three-type, two-site row, 10 times the batch's share; linking the root's children
+        when listed priced every plan of them, and that row's bound fell 0.15 s at 30 s of CPU)."""
+        self.unlinked.pop(node.sets, None)
+        got = self.linked_keys.pop(node.sets, None)
+        if got is not None:
+            return got
+        got = float(self._linked([node])[0])
+        ready = [n for n in self.unlinked.values()
+                 if all((x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, n.sets))]
+        if ready:
+            for n, lb in zip(ready, self._linked(ready)):
+                self.linked_keys[n.sets] = float(lb)
+                del self.unlinked[n.sets]
+        return got
 
-    def _linked_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, terms, rows: np.ndarray):
+    def _linked(self, nodes: list) -> np.ndarray:
+        """Per node of `nodes`, a lower bound of every combination of it: each class's slowest
+        stage, stages' sum and slowest sync read over the combinations of its choices' plans
+        (_linked_reads), each at least its term at the node's coefficients per choice
+        (_node_store); all nodes at once."""
+        per = []
+        for k in range(len(self.o.classes)):
+            members = [x for x in self.keys if x[0] == k]
+            store, kept = {}, {x: [0] for x in members}
+            picks = np.zeros((len(nodes), len(members)), int)
+            for r, node in enumerate(nodes):
+                sets = dict(zip(self.keys, node.sets))
+                store.update(self._node_store(k, sets))
+                for col, x in enumerate(members):
+                    if sets[x] not in kept[x][1:]:
+                        kept[x].append(sets[x])
+                    picks[r, col] = kept[x].index(sets[x], 1)
+            terms = self._class_terms(k, members, kept, picks, store, self.meg)
+            per.append(self._linked_terms(k, members, kept, picks, terms, np.arange(len(nodes)), store)[:3])
+        return self._combination_bounds(per)
+
+    def _node_store(self, k: int, sets: dict) -> dict:
+        """Per choice x of class k, its coefficients in a node holding plans sets[x] (per
+        scenario, below each of its plans': Megatron's build, a bucket's optimistic
+        coefficients, or where it holds both their elementwise minimum), as store[k, g, sets[x]]."""
+        S = len(self.scenarios)
+        store = {}
+        for x in (y for y in self.keys if y[0] == k):
+            mine = tuple(p for p in sets[x] if p)
+            if not mine:
+                store[x[0], x[1], sets[x]] = [self.meg[si, k] for si in range(S)]
+                continue
+            c = self._coeffs(x, mine)
+            store[x[0], x[1], sets[x]] = c if len(mine) == len(sets[x]) else \
+                [elementwise_min(self.meg[si, k], c[si]) for si in range(S)]
+        return store
+
+    def _linked_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, terms, rows: np.ndarray, store):
         """_class_terms' `terms` (A, S, D, fits) of the choices `picks` with, at `rows`, the
-        slowest stage at least the least over the combinations of the plans of each choice's
-        bucket (_linked_tau), and fitting only where one of them can (members: every choice of
-        class k; 0 in kept: Megatron's plan, as _class_terms reads it with the all-Megatron
-        builds as base)."""
+        slowest stage and the stages' sum at least the least over the combinations of the plans
+        of each choice's bucket (_linked_reads), and fitting only where one of them can
+        (members: every choice of class k; 0 in kept: Megatron's plan, as _class_terms reads it
+        with the all-Megatron builds as base)."""
         A, Sm, D, fits = terms
         most = max(len(kept[x][j] or (0,)) for col, x in enumerate(members)
                    for j in np.unique(picks[rows, col]).tolist())
         if most * len(self.o.classes[k].stage_groups) * (self.inst.model.layers // self.o.virtual_stages) \
                 > BOTTLENECK_BLOCK_FLOATS:  # (stage_levels lists every chunk count: as one_class bounds blocks)
             return terms
-        A, fits = A.copy(), fits.copy()
+        A, Sm, D, fits = A.copy(), Sm.copy(), D.copy(), fits.copy()
         for si in range(len(self.scenarios)):
-            A[rows, si] = np.maximum(A[rows, si], self._linked_tau(k, members, kept, picks[rows], si))
+            tau, sigma, delta = self._linked_reads(k, members, kept, picks[rows], store, si)
+            A[rows, si] = np.maximum(A[rows, si], tau)
+            # under a zero-bubble schedule _class_terms' sum term is less its drain credit: kept
+            if not self.meg[si, k].layer_drain_saving_s.size:
+                Sm[rows, si] = np.maximum(Sm[rows, si], sigma)
+            D[rows, si] = np.maximum(D[rows, si], delta)
         fits[rows] &= np.isfinite(A[rows]).all(1)
         return A, Sm, D, fits
 
-    def _linked_tau(self, k: int, members: list, kept: dict, picks: np.ndarray, si: int) -> np.ndarray:
+    def _linked_reads(self, k: int, members: list, kept: dict, picks: np.ndarray, store, si: int):
         """Per choice of class k's buckets (row c of `picks`, positions in kept[x] of each choice
         x of `members`, every choice of the class; 0: Megatron's plan, else a tuple of plan
-        positions), the least slowest-stage term tau* over every combination of their plans on
-        scenario position si (solver/bounds/plan_bottleneck.py), lowered by FLOAT_SAFETY as
-        tight_class_terms' is."""
+        positions, whose coefficients are store[k, g, tuple]), over every combination of their
+        plans on scenario position si (solver/bounds/plan_bottleneck.py): the least
+        slowest-stage term tau*, the least sum of the stages of any split in whole chunks, and
+        the least slowest sync delta* with each stage's sync at the bucket's coefficients and
+        its chunks at each plan's own, each lowered by FLOAT_SAFETY as tight_class_terms' are."""
         assert {g for _, g in members} == set(self.o.classes[k].stage_groups)
         steps = [{j: self._steps(x, kept[x][j] or (0,))[si] for j in np.unique(picks[:, col]).tolist()}
                  for col, x in enumerate(members)]
+        syncs = [{j: self._sync_steps(x, kept[x][j], store, si) for j in np.unique(picks[:, col]).tolist()}
+                 for col, x in enumerate(members)]
         rows = [[steps[col][j] for col, j in enumerate(row)] for row in picks.tolist()]
-        return least_levels(rows, self.inst.model.layers // self.o.virtual_stages) * (1 - FLOAT_SAFETY)
+        need = self.inst.model.layers // self.o.virtual_stages
+        tau = least_levels([[a for a, _, _ in row] for row in rows], need)
+        sigma = least_sums([[b for _, b, _ in row] for row in rows], need)
+        delta = least_levels([[syncs[col][j] for col, j in enumerate(row)] for row in picks.tolist()], need)
+        return tau * (1 - FLOAT_SAFETY), sigma * (1 - FLOAT_SAFETY), delta * (1 - FLOAT_SAFETY)
+
+    def _sync_steps(self, x, entry, store, si: int):
+        """plan_bottleneck.group_steps of choice x's sync levels (sync_levels) under `entry` (0:
+        Megatron's plan; a tuple of plan positions, its coefficients store[k, g, entry]) on
+        scenario position si, each plan's stages holding their own chunks; kept per (x, entry)."""
+        key = (x, entry, si)
+        got = self.plan_syncs.get(key)
+        if got is None:
+            c = self.meg[si, x[0]] if entry == 0 else store[x[0], x[1], entry][si]
+            mask, v = self.masks[x], self.o.virtual_stages
+            held = self._steps(x, entry or (0,))[si][2]
+            got = self.plan_syncs[key] = group_steps(sync_levels(held, c.stage_sync_time_s[mask],
+                                                                 c.layer_sync_time_s[mask], v,
+                                                                 self.inst.model.layers // v))
+        return got
 
     def _steps(self, x, plans: tuple) -> list:
-        """plan_bottleneck.group_steps of choice x's stages under each plan of `plans` (positions
-        in self.plans[x], 0: Megatron's), per scenario position; kept per (x, plans)."""
+        """Per scenario position, plan_bottleneck's group_steps and group_sums of choice x's
+        stages over the plans of `plans` (positions in self.plans[x], 0: Megatron's); kept per
+        (x, plans)."""
         key = (x, plans)
         got = self.plan_steps.get(key)
         if got is None:
             L, v = self.inst.model.layers, self.o.virtual_stages
-            got = self.plan_steps[key] = [group_steps(stage_levels(a, L, v, self.inst.search.full_recompute))
-                                          for a in self._plan_arrays(x, plans)]
+            levels = [stage_levels(a, L, v, self.inst.search.full_recompute)
+                      for a in self._plan_arrays(x, self._level_front(x, plans))]
+            got = self.plan_steps[key] = [(group_steps(lv), group_sums(lv, L // v), held_chunks(lv)) for lv in levels]
         return got
+
+    def _level_front(self, x, plans: tuple) -> tuple:
+        """`plans` less those another of them is below in the columns the stage levels read
+        (plan_bottleneck.level_front: the group's steps are the front's), Megatron's kept."""
+        mine = np.array([p for p in plans if p], int)
+        if len(mine) < 2:
+            return plans
+        keep = level_front([r[mine - 1] for r in self.rows[x]], P.VECTOR)
+        return tuple(p for p in plans if not p) + tuple(mine[keep].tolist())
 
     def _plan_arrays(self, x, plans: tuple) -> list[dict]:
         """Per scenario position, the arrays one_class.stage_levels reads of choice x's stages

@@ -1,5 +1,6 @@
-"""The least slowest stage of a replica class over every combination of its groups' layer plans,
-read group by group (issue 33, solver/class_partitions.py's buckets of layer plans).
+"""The least slowest stage, stages' sum and slowest sync of a replica class over every combination
+of its groups' layer plans, read group by group (issue 33, solver/class_partitions.py's buckets
+of layer plans).
 
 A class's stages on group g all run the layer plan of its (class, group) choice, and a stage's
 coefficients read that plan only (class_partitions' module docstring). one_class.
@@ -23,11 +24,51 @@ chunk count at most); the least Z at which their sum reaches L // v is one of th
 (`least_levels`). That is the least tau* over the combinations, exactly: it is at most each
 combination's tau*, and so at most the slowest stage of every split of every combination that
 fits memory (one_class's module docstring); inf exactly where no combination fits.
+
+The sum. The stages' sum of a split is sum_s tau_s(n_s) at least; a group's stages holding c
+chunks together pay at least the least such sum under their own plan (`group_sums`: each stage's
+first chunk and the c - stages least increments of its levels, exact as tau_s is convex), and
+the least over the combinations is the least over the groups' counts summing to L // v of their
+least sums (`least_sums`, min-plus over the groups): at most every combination's sum over every
+split in whole chunks that fits. On the three-type, two-site row the buckets' optimistic sum
+(one_class's sigma*, continuous) was 0.1-1.6% under it.
+
+The sync. A stage holding j chunks syncs at least d_s + j v g_s (one_class's delta*); with d and
+g those of the bucket (below each of its plans') and each plan's stages holding only the chunks
+they fit (`sync_levels`), the least level over the combinations (least_levels) is at most every
+combination's delta*: the bucket alone lets each stage hold the chunks the plan that fits most
+on it does, here each plan holds its own.
+
+Only the plans of a bucket that no other plan of it is below in LEVEL_COLUMNS need be priced
+(`level_front`): the arrays one_class.stage_levels reads (stage_time_s, layer_time_s,
+recompute_time_s and the memory terms) are each non-decreasing in a plan's fwd_s, bwd_s,
+act_bytes, workspace_bytes and replicated_params (solver/partition_plans.py's module docstring:
+the layer time is max(fwd, ag) + max(bwd, ag + rs), the recompute non-decreasing in fwd and bwd,
+state, stash and workspace bytes each non-decreasing, the checkpoint plan-independent; rho_s,
+the layers a stage must recompute, grows with the stash wherever the stage can hold its layers
+at all, one_class's module docstring). None of them reads the gradient sync (grad_sync_s, and
+the exposed part partition_plans' dominance also compares), so a plan at least another in
+these columns holds at most its chunks within every level on each stage, and max_p C_g^p is
+that of the front. On the three-type, two-site row the front kept about half of each 32-plan
+bucket.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from paraplan.solver.partition_plans import pareto_mask
+
+# the columns of cost/partition.VECTOR the stage levels read (module docstring)
+LEVEL_COLUMNS = ("fwd_s", "bwd_s", "act_bytes", "workspace_bytes", "replicated_params")
+
+
+def level_front(vectors: list[np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
+    """Which plans (rows of each of `vectors`, one array per site the plans are priced on, columns
+    `columns`: cost/partition.VECTOR) no other plan is at most in LEVEL_COLUMNS on every site:
+    the plans whose stage levels bound the others' (module docstring)."""
+    at = [columns.index(c) for c in LEVEL_COLUMNS]
+    return pareto_mask(np.hstack([v[:, at] for v in vectors]))
 
 
 def group_steps(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,4 +103,61 @@ def least_levels(rows: list[list[tuple[np.ndarray, np.ndarray]]], need: int) -> 
         at = at[at >= lo]
         total = sum(c[np.searchsorted(z, at, side="right") - 1] for z, c in steps)
         out[r] = at[np.argmax(total >= need)]
+    return out
+
+
+def held_chunks(levels: np.ndarray) -> np.ndarray:
+    """(plans, stages): the chunks each stage can hold under each plan (its finite levels: a
+    prefix, one_class.stage_levels), from `levels` as group_steps'."""
+    return np.isfinite(levels).sum(2)
+
+
+def sync_levels(held: np.ndarray, d: np.ndarray, g: np.ndarray, v: int, chunks: int) -> np.ndarray:
+    """(plans, stages, chunks): d_s + j v g_s, the slowest-sync term of a stage holding j chunks
+    (one_class's delta*), for j = 1 .. chunks, inf past the chunks the stage holds under each
+    plan (`held`). With d, g below every plan's (a bucket's optimistic coefficients), the least
+    level over the combinations (least_levels of their group_steps) is at most each
+    combination's delta*: its levels are at most the combination's on every stage, and each
+    plan's stages hold their own chunks."""
+    j = np.arange(1, chunks + 1)
+    vals = d[None, :, None] + (v * j)[None, None, :] * g[None, :, None]
+    return np.where(j[None, None, :] <= held[:, :, None], vals, np.inf)
+
+
+def group_sums(levels: np.ndarray, need: int) -> np.ndarray:
+    """Per chunk count c = 0 .. need, the least sum over the group's stages of their levels when
+    they hold c chunks together, each at least one, under one plan (the least over the plans);
+    inf where none. `levels`: as group_steps'. A stage holding j chunks takes its level at j:
+    its first chunk's level plus the increments from 1 to j; any c chunks on the group pay the
+    first chunk of each stage and c - stages increments, a prefix of each stage's, so at least
+    the c - stages least increments of all its stages together (exact where the levels are
+    convex in j, as one_class's tau_s is; a lower bound in any case)."""
+    plans, stages, chunks = levels.shape
+    out = np.full(need + 1, np.inf)
+    if stages > need:
+        return out
+    first = levels[:, :, 0].sum(1)  # inf where some stage holds no chunk
+    with np.errstate(invalid="ignore"):
+        steps = np.diff(levels, axis=2).reshape(plans, -1)  # inf - inf: past the cap
+    steps = np.sort(np.where(np.isnan(steps), np.inf, steps), axis=1)
+    more = min(need - stages, steps.shape[1])
+    total = first[:, None] + np.concatenate([np.zeros((plans, 1)), np.cumsum(steps[:, :more], axis=1)], 1)
+    out[stages:stages + more + 1] = total.min(0)
+    return out
+
+
+def least_sums(rows: list[list[np.ndarray]], need: int) -> np.ndarray:
+    """Per row (the group_sums of each of a class's groups), the least total over the counts the
+    groups can hold `need` chunks in (each group's own least sum at its count, min-plus
+    convolved): inf where none."""
+    c = np.arange(need + 1)
+    back = c[:, None] - c[None, :]  # [c, a]: the count left to the next group, a <= c
+    below = back >= 0
+    back = np.where(below, back, 0)
+    out = np.full(len(rows), np.inf)
+    for r, sums in enumerate(rows):
+        acc = sums[0]
+        for h in sums[1:-1]:  # acc'[c] = min over a <= c of acc[a] + h[c - a]
+            acc = np.where(below, acc[None, :] + h[back], np.inf).min(1)
+        out[r] = (acc + sums[-1][::-1]).min() if len(sums) > 1 else acc[need]
     return out
