@@ -266,8 +266,8 @@ class OptionBounds:
         runs >= 2 stages), and the sync of >= 2 replicas (two classes at least) whose shallowest
         class runs at most the most slots of a group (a replica class's stages): each relaxes
         its roots' bounds, so it is at most each."""
-        if fam.family == "replica":
-            return min((node.bound for node in self._roots(fam)), default=float("inf"))
+        if fam.family == "replica":  # its roots' with every v > 1 read at v = 1's terms (_class_terms)
+            return min((node.bound for node in self._roots(fam, first=True)), default=float("inf"))
         groups = self.inst.cluster.groups
         u = fam.tp * fam.cp
         if not self.inst.search.idle_gpus and any(groups[g].num_gpus % u for g in fam.used):
@@ -344,22 +344,25 @@ class OptionBounds:
         return node
 
     # -- the branch and bound -------------------------------------------------------------
-    def _roots(self, fam: OptionFamily) -> list["_Node"]:
+    def _roots(self, fam: OptionFamily, first: bool = False) -> list["_Node"]:
         """The family's roots: a replica family's one (no class fixed), a mixed family's one per
-        stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed."""
-        if fam not in self.root_memo:
+        stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed;
+        `first`: a replica family's, its classes at v > 1 read at v = 1's terms (its key before
+        it comes up: most never do, and their terms at every v took a fifth of 32 A100 + 32
+        H100's search with the options; _class_terms)."""
+        if (fam, first) not in self.root_memo:
             if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
                 roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None, self.pipe_zeros,
-                                    True),
+                                    True, first=first),
                          self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None,
-                                    self.inst.search.zero, single=True)]
+                                    self.inst.search.zero, single=True, first=first)]
             else:
                 roots = list(self._mixed_roots(fam))
-            self.root_memo[fam] = [n for n in roots if n is not None]
-        return self.root_memo[fam]
+            self.root_memo[fam, first] = [n for n in roots if n is not None]
+        return self.root_memo[fam, first]
 
     def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage,
-              zeros: tuple, pipelined: bool = False, single: bool = False) -> "_Node | None":
+              zeros: tuple, pipelined: bool = False, single: bool = False, first: bool = False) -> "_Node | None":
         """The root over `ways` (per group of `order`) beside `base`, its layouts at a ZeRO
         stage of `zeros`, bounded with every group relaxed; `pipelined`: a replica family's
         layouts with a class of pp > 1 (_replica_ways); `single`: its layouts without, whose
@@ -376,7 +379,7 @@ class OptionBounds:
                  for fg in f]
         levels = [self._profiles_of(w) for w in ways]
         raised = single and tuple(zeros) == (3,)
-        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None)
+        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None, first=first)
                  for g, w, lv, fg in zip(order, ways, levels, f)]
         # per level, the relaxation of the levels from it on: (D, B, P, some deep, least
         # replicas, most shallowest stages: the shallowest class of a completion is no deeper
@@ -400,7 +403,7 @@ class OptionBounds:
         return node
 
     def _rates(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
-               raised=None, ranks: int | None = None) -> list[tuple]:
+               raised=None, ranks: int | None = None, first: bool = False) -> list[tuple]:
         """Per profile of group g's `ways`, (the most D, the least B) its ways add, each class
         at option_recompute.RecomputeFloor.class_terms (its slowest stage's least time with
         the memory its group holds, A* >= L f_g / pp, and the least sum of its stage times),
@@ -409,7 +412,7 @@ class OptionBounds:
         and grows with B, so a profile read at its ways' most D and least B is read at most at
         each's bound; `ranks`: the ZeRO ranks of the layouts read (else the most the family's
         may have: every stage slot of its groups, times cp)."""
-        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, ranks)
+        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, ranks, first)
         got = self.ways.get(key)
         if got is None or got[0] is not ways:
             groups = self.inst.cluster.groups
@@ -422,7 +425,7 @@ class OptionBounds:
                     d, b = 0.0, 0.0
                     for pp, r in ways[i][1]:
                         if pp not in terms:
-                            terms[pp] = self._class_terms(fam, g, pp, tuple(zeros), most, raised)
+                            terms[pp] = self._class_terms(fam, g, pp, tuple(zeros), most, raised, first)
                         d, b = d + r * terms[pp][0], b + r * terms[pp][1]
                     top = np.maximum(top, d)
                     least = b if least is None else np.minimum(least, b)
@@ -430,12 +433,21 @@ class OptionBounds:
             got = self.ways[key] = (ways, out)
         return got[1]
 
-    def _class_terms(self, fam: OptionFamily, g: int, pp: int, zeros: tuple, most: int, raised=None) -> tuple:
+    def _class_terms(self, fam: OptionFamily, g: int, pp: int, zeros: tuple, most: int, raised=None,
+                     first: bool = False) -> tuple:
         """(rate, bubble), each (v, micro-batch sizes, scenarios) over OptionBounds.vs: a replica
         class of pp stages on group g at each v (option_recompute.RecomputeFloor.class_terms),
         or on the floor ZeRO-3 `raised` (pp / max(f_g, raised), pp - 1; a v > 1 it cannot run:
-        no rate, an infinite bubble)."""
-        if raised is None:
+        no rate, an infinite bubble). With `first`, every v > 1 it runs at v = 1's rate and
+        bubble (times kept_share): its slowest stage and stage sum at v are at least those at v
+        = 1 (option_recompute.py, "Interleaving": each stage time at least its v = 1 reading, on
+        fewer counts), so those are a bound's A_lo and S_lo at v too."""
+        if raised is None and first:
+            rate, bubble = self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most)
+            kept = kept_share(self.recompute, fam.tp, fam.cp)
+            each = [(rate, bubble) if v == 1 else (rate, kept * bubble) if runs_v(self.inst, pp, v) else
+                    (np.zeros(rate.shape), np.full(rate.shape, np.inf)) for v in self.vs]
+        elif raised is None:
             each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) for v in self.vs]
         else:
             f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised)
