@@ -26,20 +26,28 @@ for any A_lo <= A_k, S_lo <= S_k (Z >= S_k / v). With n_s layers on stage s (sum
 t_s >= f_g(s): A_k >= L / sum_s 1/t_s >= L / R_k, R_k = sum_g c_g / f_g for c_g stages on g.
 - a replica class (pp_k stages on g): R_k = pp_k / f_g, S_lo = L f_g, so S_lo / A_lo = pp_k:
   m_k <= Z R_k / L - (pp_k - 1) / v (stage_families.replica_combos' bound);
-- the stage-wise class of the mixed family: at v = 1 (no embedding / loss slots,
-  space._slot_modes_of) S_k >= L min_g f_g + h_min (its last stage runs the output layer, at
-  least the least h_g of its groups, option_recompute.RecomputeFloor.head_s), so m_k <= Z R_k /
-  L - (S_lo R_k / L - 1); at v > 1, S_lo = 0: m_k <= Z R_k / L + 1/v.
-Summed with weights x_k and sum_k x_k m_k = M:
-    Z >= L (M + B_v / v) / D,   D = sum_k x_k R_k,   B_v = sum_k x_k b_k(v),
+- the stage-wise class of the mixed family: S_k >= L min_g f_g + h_min (its last stage runs the
+  output layer, at least the least h_g of its groups, option_recompute.RecomputeFloor.head_s;
+  the embedding / loss slots change no layer's time), so m_k <= Z R_k / L - (S_lo R_k / L - 1) / v.
+Summed with weights x_k and sum_k x_k m_k = M, at the layout's v (one for all its classes):
+    Z >= L (M + B_v / v) / D_v,   D_v = sum_k x_k R_k(v),   B_v = sum_k x_k b_k(v),
 b_k the bubbles above. v = 1 needs m_k >= pp_k (several classes: space._count_form_of), so
-M >= P = sum_k x_k pp_k; v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 P; in 1/v the
-bound is linear, so its least over v in [2, v_max] is at v = 2 or v_max, where v_max is at most
-what the deepest class known admits (a mixed layout's stage-wise class of pp stages: v pp within
-the layers and slots, space.virtual_stage_values; _v_top). Aggregated over
-scenarios as the objective (max or weights >= 0: monotone), least over every micro-batch size
-the space may offer, times the least quantile factor of the layouts (FamilyBounds.factor: the
-groups used, cp, deepest class 1 or 2). A layout of one class is not in these families (inf).
+M >= P = sum_k x_k pp_k; v > 1 needs every pp_k > 1 and m_k >= 2 pp_k, so M >= 2 P. The bound
+is read apart at each v of OptionBounds.vs (1, and every v > 1 a class of two stages may run,
+space.virtual_stage_values: each layout's v is one of them) and is its least over them: a
+class that cannot run v (v pp_k above the layers and slots, option_recompute.runs_v) adds no
+rate and an infinite bubble there, so a layout is read only at the v its classes run. At v > 1
+each class's terms are its own at v (issue 33: read at v = 1's for every v, the keys of the
+option nodes under the optimum of 32 A100 + 32 H100 with the three options were 7-18% below
+their v = 1 reading, held by interleaving alone): its stages hold whole chunks of v layers
+(Llama-3 70B's 80 layers on 5 stages at v = 16: 16 on each, whatever their groups' speeds) at
+interleaving's in-flight counts, which hold more (option_recompute.py, "Interleaving"), and
+A_lo >= S_lo / pp_k (a slowest stage is at least the mean); each bubble is scaled by
+option_recompute.kept_share (1 - k w under a zero-bubble schedule, 1 without). Aggregated over
+scenarios as the objective (max or weights >= 0: monotone) at each v and micro-batch size, the
+least over both (a plan runs one of each in every scenario), times the least quantile factor
+of the layouts (FamilyBounds.factor: the groups used, cp, deepest class 1 or 2). A layout of
+one class is not in these families (inf).
 
 **What the floors leave out** (issue 33: on 32 A100 + 32 H100 with the three options the
 bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, admissibly:
@@ -74,9 +82,15 @@ largest backward; every other term a plan holds is at least Megatron's), so the 
 every layer-plan combination of every layout; memory in _fits is not read (it reads Megatron's
 stash).
 
+**A mixed family's roots** (thousands on 32 A100 + 32 H100: one per subset, dp and stage
+counts) are first keyed with their stage-wise class on the plain floors at every v (R = sum_g
+c_g / f_g, and A_lo >= S_lo / pp at v > 1); a root is read whole, with the memory its groups
+hold at each v, when it comes up (OptionBounds._whole) and put back at that key where it is
+higher. Each key is a bound of the root's layouts.
+
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest
-D over its ways, at least its least B (_rates) and its least stage slots; and its classes
+D over its ways, at least its least B (_rates; each at every v) and its least stage slots; and its classes
 are all deep only if some way of each group left is. Bounding with those is at most every
 completion's bound; the sync's pp_min is at most each chosen class's stages, each group left's
 deepest shallowest class and, with fewer than two classes chosen, some group left's deepest
@@ -96,7 +110,8 @@ import numpy as np
 
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.plan_specs import ClassShape
-from paraplan.solver.bounds.option_recompute import RecomputeFloor, stage_class_slowest_s
+from paraplan.solver.bounds.option_recompute import (RecomputeFloor, kept_share, runs_v, stage_class_slowest_s,
+                                                     zero_bubble_runs)
 from paraplan.solver.bounds.option_sync import SyncFloor
 from paraplan.solver.class_layouts import MAX_LAYOUTS, pp_allowed, group_shares, too_many_layouts
 from paraplan.solver.space import Partial, micro_batch_lower_bound_parts, partial_rank, virtual_stage_values
@@ -163,11 +178,10 @@ def _shares(inst, room: int, optional: bool, fits) -> list[tuple]:
 @dataclass
 class _Base:
     """What the layout's fixed part adds to the bound: the stage-wise class of a mixed layout
-    (or nothing): D (mbs, scenarios), B at v = 1 (mbs, scenarios), B at v > 1, P, classes."""
+    (or nothing): D and B, each (v, mbs, scenarios) over OptionBounds.vs, P, classes."""
 
     d: np.ndarray | float = 0.0
-    b1: np.ndarray | float = 0.0
-    bv: float = 0.0
+    b: np.ndarray | float = 0.0
     slots: int = 0
     classes: int = 0
     replicas: int = 0
@@ -185,6 +199,7 @@ class OptionBounds:
         self.L = inst.model.layers
         self.M = np.floor(inst.job.global_batch / fb.mbs)[:, None]  # (mbs, 1)
         self.nodes: list = []  # partial choices on the search's heap (_Node; None once expanded)
+        self._keyed_at: list[float] = []  # each node's bound when it was put on the heap
         self.root_memo: dict = {}
         self.listed: dict[tuple, int] = {}  # (group, tp, cp) -> its ways in the full listing
         rules = rules_for(inst.job.framework, inst.job.optimizer)
@@ -195,6 +210,12 @@ class OptionBounds:
         self.ways: dict[tuple, list] = {}
         self.sync = SyncFloor(fb)
         self.recompute = RecomputeFloor(fb)
+        # the v the bound reads apart: 1, then every v > 1 a class of two stages may run (each
+        # layout's v is one of these: its classes have two stages or more, and v pp <= the
+        # slots, space.virtual_stage_values), as a (v, 1, 1) column
+        two = [ClassShape(replicas=1, stage_groups=(0, 0))]
+        self.vs = (1, *(v for v in virtual_stage_values(inst, two) if v > 1))
+        self.vcol = np.array(self.vs, float)[:, None, None]
 
     def _profiles_of(self, ways: list[tuple]) -> list[_Profile]:
         """_profiles(ways), once per list of ways (the fills of one group and room repeat
@@ -220,34 +241,33 @@ class OptionBounds:
         return got
 
     # -- the bound ------------------------------------------------------------------------
-    def _z(self, d, b1, bv, slots, deep, sync=0.0, v_top: float = math.inf) -> np.ndarray:
+    def _z(self, d, b, slots, deep, sync=0.0) -> np.ndarray:
         """Per micro-batch size (leading axes kept): the module's Z plus `sync`, aggregated over
-        scenarios. d, b1, bv, sync: (..., mbs, scenarios); slots, deep: (...) broadcastable;
-        `v_top`: the most virtual stages the layouts read may run (_v_top), the v > 1 terms read
-        at v = 2 and at the least of it and v_max (none where it is below 2)."""
-        fb, M, L = self.fb, self.M, self.L
-        vs = [v for v in (2.0, min(float(fb.v_max), v_top)) if v >= 2 and fb.v_max >= 2]
-        slots = np.asarray(slots, float)[..., None, None]
+        scenarios, the least over the v of OptionBounds.vs. d, b: (..., v, mbs, scenarios), each
+        v's D and B (b inf: no layout read runs that v); sync: (..., mbs, scenarios) or 0;
+        slots, deep: (...) broadcastable."""
+        fb, M, L, v = self.fb, self.M, self.L, self.vcol
+        slots = np.asarray(slots, float)[..., None, None, None]
+        deep = np.asarray(deep)[..., None, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(M >= slots, L * (M + b1) / d, np.inf)
-            ok = np.asarray(deep)[..., None, None] & (M >= 2 * slots)
-            for v in vs:
-                z = np.minimum(z, np.where(ok, L * (M + np.asarray(bv, float) / v) / d, np.inf))
-        z = np.where(np.isnan(z) | (z < 0), np.inf, z) + sync
-        per_mb = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)
-        return per_mb.min(axis=-1)
+            ok = np.where(v > 1, deep & (M >= 2 * slots), M >= slots)
+            z = np.where(ok, L * (M + b / v) / d, np.inf)
+        sync = np.asarray(sync, float)
+        z = np.where(np.isnan(z) | (z < 0), np.inf, z) + (sync[..., None, :, :] if sync.ndim >= 2 else sync)
+        per = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)  # (..., v, mbs)
+        return per.min(axis=(-2, -1))
 
     def family_bound(self, fam: OptionFamily) -> float:
         """At most every layout's bound of the family: a replica family's root's; of a mixed
         family, every stage slot at its group's rate (D <= sum_g slots_g / f_g: the stage-wise
         class's c_g dp and the replica classes' slots on g add to at most g's slots), no bubble
-        at v = 1 (each class's is >= 0), B >= -dp >= -(the most slots of a group) at v > 1 (the
-        stage-wise class's -dp, the replica classes' >= 0) and P >= 2 (its stage-wise class
+        at v = 1 (each class's is >= 0), B >= -dp >= -(the most slots of a group) at v > 1 (each
+        class's S_lo / A_lo - 1 >= -1 per replica) and P >= 2 (its stage-wise class
         runs >= 2 stages), and the sync of >= 2 replicas (two classes at least) whose shallowest
         class runs at most the most slots of a group (a replica class's stages): each relaxes
         its roots' bounds, so it is at most each."""
-        if fam.family == "replica":
-            return min((node.bound for node in self._roots(fam)), default=float("inf"))
+        if fam.family == "replica":  # its roots' with every v > 1 read at v = 1's terms (_class_terms)
+            return min((node.bound for node in self._roots(fam, first=True)), default=float("inf"))
         groups = self.inst.cluster.groups
         u = fam.tp * fam.cp
         if not self.inst.search.idle_gpus and any(groups[g].num_gpus % u for g in fam.used):
@@ -255,7 +275,8 @@ class OptionBounds:
         slots = [groups[g].num_gpus // u for g in fam.used]
         d = sum(x / self.fb.floor(g, fam.tp, fam.cp) for g, x in zip(fam.used, slots))
         sync = self._sync(fam, self.pipe_zeros, 2, float(max(slots)))
-        return float(self.fb.factor(fam.used, fam.cp, (1, 2)) * self._z(d, 0.0, -float(max(slots)), 2, True, sync))
+        b = np.where(self.vcol > 1, -float(max(slots)), 0.0)
+        return float(self.fb.factor(fam.used, fam.cp, (1, 2)) * self._z(d, b, 2, True, sync))
 
     def _sync(self, fam: OptionFamily, zeros: tuple, replicas: int, shallow: float) -> np.ndarray:
         """(micro-batch sizes, scenarios): the least gradient sync after the last backward of a
@@ -281,6 +302,12 @@ class OptionBounds:
         every group's profile chosen completes."""
         node = self.nodes[x]
         self.nodes[x] = None  # expanded once
+        if node.plain:  # a mixed root keyed on its stage-wise class's plain floors: read it whole
+            node = self._whole(node)
+            if not can_win(node.bound):
+                return [], []
+            if node.bound > self._keyed_at[x]:  # back on the heap at its raised key
+                return [self._keep(node)], []
         if node.depth < len(node.levels) - 1:
             return self._children(node, can_win), []
         if node.depth == len(node.levels) - 1:
@@ -300,25 +327,42 @@ class OptionBounds:
 
     def _keep(self, node: "_Node") -> tuple[int, float]:
         self.nodes.append(node)
+        self._keyed_at.append(node.bound)
         return len(self.nodes) - 1, node.bound
 
+    def _whole(self, root: "_Node") -> "_Node":
+        """A mixed root keyed on its stage-wise class's plain floors (_mixed_roots: read whole
+        for each of the family's thousands of roots, the class's terms took most of the family's
+        set-up, while most roots never come up) with the class read whole (_stage_class) and
+        its bound read again: each key is a bound of the root's layouts, the plain one too (the
+        floors' A_lo and S_lo are at most the class's own)."""
+        _, S, dp, counts = root.stage
+        d, b = self._stage_class(root.fam, S, counts, dp)
+        state = (d, b + np.zeros_like(root.state[1]), *root.state[2:7], d)
+        node = dataclasses.replace(root, state=state, base=(d, b), plain=False)
+        node.bound = self._relaxed(node, state, 0)
+        return node
+
     # -- the branch and bound -------------------------------------------------------------
-    def _roots(self, fam: OptionFamily) -> list["_Node"]:
+    def _roots(self, fam: OptionFamily, first: bool = False) -> list["_Node"]:
         """The family's roots: a replica family's one (no class fixed), a mixed family's one per
-        stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed."""
-        if fam not in self.root_memo:
+        stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed;
+        `first`: a replica family's, its classes at v > 1 read at v = 1's terms (its key before
+        it comes up: most never do, and their terms at every v took a fifth of 32 A100 + 32
+        H100's search with the options; _class_terms)."""
+        if (fam, first) not in self.root_memo:
             if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
                 roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None, self.pipe_zeros,
-                                    True),
+                                    True, first=first),
                          self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None,
-                                    self.inst.search.zero, single=True)]
+                                    self.inst.search.zero, single=True, first=first)]
             else:
                 roots = list(self._mixed_roots(fam))
-            self.root_memo[fam] = [n for n in roots if n is not None]
-        return self.root_memo[fam]
+            self.root_memo[fam, first] = [n for n in roots if n is not None]
+        return self.root_memo[fam, first]
 
     def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage,
-              zeros: tuple, pipelined: bool = False, single: bool = False, v_top: float = math.inf) -> "_Node | None":
+              zeros: tuple, pipelined: bool = False, single: bool = False, first: bool = False) -> "_Node | None":
         """The root over `ways` (per group of `order`) beside `base`, its layouts at a ZeRO
         stage of `zeros`, bounded with every group relaxed; `pipelined`: a replica family's
         layouts with a class of pp > 1 (_replica_ways); `single`: its layouts without, whose
@@ -335,7 +379,7 @@ class OptionBounds:
                  for fg in f]
         levels = [self._profiles_of(w) for w in ways]
         raised = single and tuple(zeros) == (3,)
-        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None)
+        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None, first=first)
                  for g, w, lv, fg in zip(order, ways, levels, f)]
         # per level, the relaxation of the levels from it on: (D, B, P, some deep, least
         # replicas, most shallowest stages: the shallowest class of a completion is no deeper
@@ -351,16 +395,15 @@ class OptionBounds:
                             p + least_p, deep and some_deep, r + least_r,
                             min(sh, most_sh), d3 + top / f3[j] if f3 is not None else 0.0, max(some, deepest)))
         factor = self.fb.factor(fam.used, fam.cp, (1, 2))
-        zero = np.zeros((len(self.fb.mbs), len(self.fb.idx)))
-        state = (base.d, base.b1 + zero, base.bv + zero, base.slots, base.classes, True, base.replicas, base.shallow,
-                 base.d)
+        zero = np.zeros((len(self.vs), len(self.fb.mbs), len(self.fb.idx)))
+        state = (base.d, base.b + zero, base.slots, base.classes, True, base.replicas, base.shallow, base.d + zero)
         node = _Node(fam, order, stage, ways, levels, f, rest, factor, state, (), 0.0, pipelined, tuple(zeros), f3,
-                     rates, raised, state[:3], v_top)
+                     rates, raised, state[:2])
         node.bound = self._relaxed(node, state, 0)
         return node
 
     def _rates(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
-               raised=None, ranks: int | None = None) -> list[tuple]:
+               raised=None, ranks: int | None = None, first: bool = False) -> list[tuple]:
         """Per profile of group g's `ways`, (the most D, the least B) its ways add, each class
         at option_recompute.RecomputeFloor.class_terms (its slowest stage's least time with
         the memory its group holds, A* >= L f_g / pp, and the least sum of its stage times),
@@ -369,7 +412,7 @@ class OptionBounds:
         and grows with B, so a profile read at its ways' most D and least B is read at most at
         each's bound; `ranks`: the ZeRO ranks of the layouts read (else the most the family's
         may have: every stage slot of its groups, times cp)."""
-        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, ranks)
+        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, ranks, first)
         got = self.ways.get(key)
         if got is None or got[0] is not ways:
             groups = self.inst.cluster.groups
@@ -377,20 +420,42 @@ class OptionBounds:
             terms: dict[int, tuple] = {}
             out = []
             for q in levels:
-                top, least = np.zeros((len(self.fb.mbs), len(self.fb.idx))), None
+                top, least = np.zeros((len(self.vs), len(self.fb.mbs), len(self.fb.idx))), None
                 for i in q.members:
                     d, b = 0.0, 0.0
                     for pp, r in ways[i][1]:
                         if pp not in terms:
-                            terms[pp] = (self.recompute.class_terms(g, fam.tp, fam.cp, pp, tuple(zeros), most)
-                                         if raised is None else
-                                         (pp / np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised), pp - 1.0))
+                            terms[pp] = self._class_terms(fam, g, pp, tuple(zeros), most, raised, first)
                         d, b = d + r * terms[pp][0], b + r * terms[pp][1]
                     top = np.maximum(top, d)
                     least = b if least is None else np.minimum(least, b)
                 out.append((top, least + 0.0 * top))
             got = self.ways[key] = (ways, out)
         return got[1]
+
+    def _class_terms(self, fam: OptionFamily, g: int, pp: int, zeros: tuple, most: int, raised=None,
+                     first: bool = False) -> tuple:
+        """(rate, bubble), each (v, micro-batch sizes, scenarios) over OptionBounds.vs: a replica
+        class of pp stages on group g at each v (option_recompute.RecomputeFloor.class_terms),
+        or on the floor ZeRO-3 `raised` (pp / max(f_g, raised), pp - 1; a v > 1 it cannot run:
+        no rate, an infinite bubble). With `first`, every v > 1 it runs at v = 1's rate and
+        bubble (times kept_share): its slowest stage and stage sum at v are at least those at v
+        = 1 (option_recompute.py, "Interleaving": each stage time at least its v = 1 reading, on
+        fewer counts), so those are a bound's A_lo and S_lo at v too."""
+        if raised is None and first:
+            rate, bubble = self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most)
+            kept = kept_share(self.recompute, fam.tp, fam.cp)
+            each = [(rate, bubble) if v == 1 else (rate, kept * bubble) if runs_v(self.inst, pp, v) else
+                    (np.zeros(rate.shape), np.full(rate.shape, np.inf)) for v in self.vs]
+        elif raised is None:
+            each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) for v in self.vs]
+        else:
+            f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised)
+            kept = kept_share(self.recompute, fam.tp, fam.cp)
+            each = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
+                    (pp / f, kept * (pp - 1.0)) if runs_v(self.inst, pp, v) else
+                    (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
+        return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
 
     def _replica_ways(self, fam: OptionFamily, pipelined: bool) -> list[list[tuple]]:
         """Per group its ways (class_layouts.replica_options, as (pp, replicas) shares): with
@@ -444,14 +509,14 @@ class OptionBounds:
             return self.ways[key]
         return fits
 
-    def _bound(self, node: "_Node", d, d3, b1, bv, slots, deep, sync) -> np.ndarray:
+    def _bound(self, node: "_Node", d, d3, b, slots, deep, sync) -> np.ndarray:
         """node.factor times the module's Z plus `sync` on the floors (D = d), or, for a root
         whose layouts may run ZeRO-3 without a pipeline, the lesser of that and Z on the floors
         ZeRO-3 raises (D = d3, no sync: option_sync.SyncFloor.zero3_layer_s) at ZeRO-3. Arrays
         as _z's."""
-        z = self._z(d, b1, bv, slots, deep, sync, node.v_top)
+        z = self._z(d, b, slots, deep, sync)
         if node.f3 is not None:
-            z = np.minimum(z, self._z(d3, b1, bv, slots, deep, v_top=node.v_top))
+            z = np.minimum(z, self._z(d3, b, slots, deep))
         return node.factor * z
 
     @staticmethod
@@ -459,24 +524,24 @@ class OptionBounds:
         """The most stages the shallowest class of a completion of `state` by `rest` runs: no
         more than any class chosen, than the deepest shallowest class of each group left, and,
         with fewer than two classes chosen (a layout holds two), than some group's left."""
-        sh = min(state[7], rest[5])
-        return min(sh, rest[7]) if state[4] < 2 else sh
+        sh = min(state[6], rest[5])
+        return min(sh, rest[7]) if state[3] < 2 else sh
 
     def _relaxed(self, node: "_Node", state, j: int) -> float:
         """The bound of `state` (the first j groups chosen) with the groups from j relaxed."""
-        d, b1, bv, slots, _, deep, reps, _, d3 = state
+        d, b, slots, _, deep, reps, _, d3 = state
         rest = node.rest[j]
         rd, rb, rp, rdeep, rr, _, rd3, _ = rest
         sync = self._sync(node.fam, node.zeros, reps + rr, self._shallow(state, rest))
-        return float(self._bound(node, d + rd, d3 + rd3, b1 + rb, bv + rb, slots + rp, deep and rdeep, sync))
+        return float(self._bound(node, d + rd, d3 + rd3, b + rb, slots + rp, deep and rdeep, sync))
 
     @staticmethod
     def _chosen(node: "_Node", j: int, i: int) -> tuple:
         """node.state with group j's profile i chosen."""
         q = node.levels[j][i]
-        d, b1, bv, slots, classes, deep, reps, sh, d3 = node.state
+        d, b, slots, classes, deep, reps, sh, d3 = node.state
         rate, bubble = node.rates[j][i]
-        return (d + rate, b1 + bubble, bv + bubble, slots + q.slots, classes + q.classes,
+        return (d + rate, b + bubble, slots + q.slots, classes + q.classes,
                 deep and q.deep, reps + q.slots - q.bubble, min(sh, q.shallow),
                 d3 + q.slots / node.f3[j] if node.f3 is not None else 0.0)
 
@@ -497,10 +562,10 @@ class OptionBounds:
         qs = node.levels[-1]
         states = [self._chosen(node, len(node.levels) - 1, i) for i in range(len(qs))]
         col = [np.array(x) for x in zip(*states)]  # per state field, over the profiles
-        d, b1, bv, slots, _, deep, reps, sh, d3 = col
+        d, b, slots, _, deep, reps, sh, d3 = col
         sync = np.stack([self._sync(node.fam, node.zeros, int(r), float(x)) for r, x in zip(reps, sh)])
-        zz = self._bound(node, d, d3, b1, bv, slots, deep, sync)
-        classes = node.state[4]
+        zz = self._bound(node, d, d3, b, slots, deep, sync)
+        classes = node.state[3]
         pipes = sum(node.levels[k][i].bubble for k, i in enumerate(node.picked))  # > 0: a class of pp > 1
         out = []
         for i, (q, lb, state) in enumerate(zip(qs, zz.tolist(), states)):
@@ -519,16 +584,15 @@ class OptionBounds:
         if node.raised:
             return -math.inf
         fam, picks = node.fam, node.picked + (i,)
-        ranks = _ranks_read(fam.cp * state[6], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
+        ranks = _ranks_read(fam.cp * state[5], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
                                                             for g in fam.used))
-        d, b = node.base[0], node.base[1]
+        d, b = node.base
         if node.stage is not None:  # the stage-wise class at those ranks too
             d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks)
-        bv = node.base[2]
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
             rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
-            d, b, bv = d + rate, b + bubble, bv + bubble
-        return float(self._bound(node, d, state[8], b, bv, state[3], state[5], sync))
+            d, b = d + rate, b + bubble
+        return float(self._bound(node, d, state[7], b, state[2], state[4], sync))
 
     def _layouts_of(self, node: "_Node", picks: tuple):
         """(rank fields, shapes) of the layouts of one way per group (`picks`)."""
@@ -551,43 +615,50 @@ class OptionBounds:
             fields = (si, dp, *counts, *(0,) * (G - k), *picks, *(0,) * (G - len(picks)), oi)
             yield fields, (ClassShape(replicas=dp, stage_groups=stages),) + replicas
 
-    def _stage_class(self, fam: OptionFamily, S: tuple, counts: tuple, dp: int, ranks: int | None = None) -> tuple:
-        """(D, B at v = 1), each (micro-batch sizes, scenarios), that a mixed layout's stage-wise
-        class of dp replicas, counts[i] stages on S[i], adds: D = dp R, R = L / A_lo the least of
-        the floors' (sum_g c_g / f_g) and of the memory its groups hold (option_recompute.
-        stage_class_slowest_s: A* >= the slowest stage of any split that fits, 0 where none
-        does), and B = dp (S_lo / A_lo - 1) with S_lo = L f_min + the least output layer of its
-        groups (its stage times sum to at least its layers at the least floor and its last
-        stage's output layer, option_recompute.RecomputeFloor.head_s). `ranks`: the ZeRO ranks
-        its layouts have at most (_at_ranks), else every stage slot of the groups used times cp."""
-        key = ("stage class", S, counts, fam.tp, fam.cp, ranks)  # per replica: dp scales it
+    def _stage_class(self, fam: OptionFamily, S: tuple, counts: tuple, dp: int, ranks: int | None = None,
+                     plain: bool = False) -> tuple:
+        """(D, B), each (v, micro-batch sizes, scenarios) over OptionBounds.vs, that a mixed
+        layout's stage-wise class of dp replicas, counts[i] stages on S[i], adds at each v: D =
+        dp R, R = L / A_lo the least of the floors' (sum_g c_g / f_g) and of the memory its
+        groups hold (option_recompute.stage_class_slowest_s at v: A* >= the slowest stage of
+        any split that fits, 0 where none does), at v > 1 also of S_lo / pp (a slowest stage is
+        at least the mean); and B = dp (S_lo / A_lo - 1) with S_lo = L f_min + the least output
+        layer of its groups (its stage times sum to at least its layers at the least floor and
+        its last stage's output layer, option_recompute.RecomputeFloor.head_s), at v > 1 times
+        option_recompute.kept_share. A v the class cannot run (option_recompute.runs_v): no D,
+        B inf. Where the framework runs zero-bubble schedules, v > 1 reads the floors' R
+        alone, and so does every v with `plain` (a mixed root's first key, _mixed_roots). `ranks`:
+        the ZeRO ranks its layouts have at most (_at_ranks), else every stage slot of the groups
+        used times cp."""
+        key = ("stage class", S, counts, fam.tp, fam.cp, ranks, plain)  # per replica: dp scales it
         got = self.ways.get(key)
         if got is None:
-            groups, L = self.inst.cluster.groups, self.L
+            inst, groups, L = self.inst, self.inst.cluster.groups, self.L
             most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
             floors = [self.fb.floor(g, fam.tp, fam.cp) for g in S]
-            plain = sum(c / f for c, f in zip(counts, floors))
-            slowest = stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp, self.pipe_zeros,
-                                            most)
-            with np.errstate(divide="ignore"):
-                rate = np.minimum(plain, L / slowest)
+            rate_lo = sum(c / f for c, f in zip(counts, floors))
             least = L * np.minimum.reduce(floors) + np.minimum.reduce([self.recompute.head_s(g, fam.tp, fam.cp)
                                                                         for g in S])
-            got = self.ways[key] = (rate, least * rate / L - 1)
+            pp = sum(counts)
+            runs = [v for v in self.vs if v == 1 or runs_v(inst, pp, v)]
+            read = [] if plain else [v for v in runs if v == 1 or not zero_bubble_runs(inst)]
+            slowest = dict(zip(read, stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp,
+                                                           self.pipe_zeros, most, tuple(read)) if read else ()))
+            kept = kept_share(self.recompute, fam.tp, fam.cp)
+            rates, bubbles = [], []
+            for v in self.vs:
+                if v not in runs:
+                    rates.append(np.zeros(rate_lo.shape))
+                    bubbles.append(np.full(rate_lo.shape, np.inf))
+                    continue
+                with np.errstate(divide="ignore"):
+                    rate = np.minimum(rate_lo, L / slowest[v]) if v in slowest else rate_lo
+                    if v > 1:
+                        rate = np.minimum(rate, L * pp / least)
+                rates.append(rate)
+                bubbles.append((kept if v > 1 else 1.0) * (least * rate / L - 1))
+            got = self.ways[key] = (np.stack(rates), np.stack(bubbles))
         return dp * got[0], dp * got[1]
-
-    def _v_top(self, pp: int) -> float:
-        """The most virtual stages of a layout holding a class of pp stages: the largest v of
-        space.virtual_stage_values for that class alone (v pp within the layers and slots, v one
-        the space lists), at least every v a layout with more classes may run (each class adds
-        its own condition); 1 where none above 1 is. The bound is linear in 1/v, so its least
-        over v in [2, v_top] is at v = 2 or v_top, at most its least over the v a layout runs."""
-        key = ("v top", pp)
-        got = self.ways.get(key)
-        if got is None:
-            got = self.ways[key] = float(max(virtual_stage_values(self.inst, [ClassShape(replicas=1,
-                                                                                          stage_groups=(0,) * pp)])))
-        return got
 
     def _mixed_roots(self, fam: OptionFamily):
         """The mixed family's roots, in class_layouts._mixed_shapes' order: per subset S, dp and
@@ -613,13 +684,15 @@ class OptionBounds:
                 for counts in itertools.product(*(range(1, min(slots[g] // dp, inst.model.layers) + 1) for g in S)):
                     if not pp_allowed(inst, sum(counts)):
                         continue
-                    d, b1 = self._stage_class(fam, S, counts, dp)
-                    base = _Base(d=d, b1=b1, bv=-float(dp), slots=dp * sum(counts), classes=1, replicas=dp,
+                    d, b = self._stage_class(fam, S, counts, dp, plain=True)  # read whole when it comes up (expand)
+                    base = _Base(d=d, b=b, slots=dp * sum(counts), classes=1, replicas=dp,
                                  shallow=float(sum(counts)))
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
                             + [fill(g, slots[g], False) for g in rest])
-                    yield self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros,
-                                     v_top=self._v_top(sum(counts)))
+                    root = self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros)
+                    if root is not None:
+                        root.plain = True
+                    yield root
 
 
 def _ranks_read(ranks: int, most: int) -> int:
@@ -657,8 +730,8 @@ class _Node:
     f3: list | None = None  # the floors at ZeRO-3 without a pipeline, where bounded apart (_bound)
     rates: list | None = None  # per level, per profile: (most D, least B) its ways add (OptionBounds._rates)
     raised: bool = False  # its floors are those ZeRO-3 raises (_root)
-    base: tuple = ()  # (D, B at v = 1, B at v > 1) of its fixed part (_Base)
-    v_top: float = math.inf  # the most virtual stages its layouts may run (OptionBounds._v_top)
+    base: tuple = ()  # (D, B) of its fixed part (_Base)
+    plain: bool = False  # a mixed root keyed on its stage-wise class's plain floors (OptionBounds._whole)
 
     @property
     def depth(self) -> int:

@@ -50,6 +50,22 @@ like one on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py
 (class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
 hide ZeRO-3 traffic), nor a class of an MoE model.
 
+**Interleaving.** At v > 1 (class_terms and stage_class_slowest_s at v) a class of a layout of
+several runs m >= 2 pp micro-batches, so stage s holds (2 (pp - s - 1) + (v - 1) pp + 1) / v
+of them in flight (cost/coefficients.in_flight_micro_batches, uncapped there; in_flight), at
+least pp - s: need and the recompute it forces only grow with the count (rho_s(n) = (n state +
+n f a - room) / (f (a - c)) rises with f wherever the stage holds n at all, n state < room), so
+every stage time is at least its v = 1 reading. Each stage's decoder layers n plus the slot it
+counts (the embedding on stage 0, the loss on the last, each 0 or 1 by the slot modes of v,
+cost/space_rules.slot_modes) fill whole chunks of v (cost/pipeline_split.chunk_problem), so a
+stage holds only such n (chunk_offsets, chunk_counts; the union of the modes' counts, a
+relaxation), and A* is read over those counts (slowest_in_chunks_s); the end stages a mode of
+v flags are read with no stash, as above; R is read at v's counts. A* is also at least S_lo /
+pp. On Llama-3 70B (80 layers) v = 4, 5, 8, 10, 16, 20 and 40 run without slots, so every
+stage holds a multiple of v: 5 stages at v = 16 hold 16 layers each. Where the framework runs
+zero-bubble schedules, whose drain passes, V-shaped stage order and memory differ
+(zero_bubble_runs), v > 1 reads the plain floors.
+
 With per-operator partitions (search.tensor_partitions) the class's stages may run any layer
 plan of their tp group: f_g is the plans' floor (stage_families.FamilyBounds.floor), and of the
 memory terms above only the stash a may be less than Megatron's layer's (the state, workspace
@@ -66,12 +82,16 @@ import itertools
 import numpy as np
 
 from paraplan.cost import memory
+from paraplan.cost.coefficients import in_flight_micro_batches
+from paraplan.cost.framework_rules import rules_for
+from paraplan.cost.space_rules import slot_modes, split_slots_run
 from paraplan.cost.specs import Attention, Recompute
 from paraplan.cost.plan_specs import ClassOuter, ClassShape
+from paraplan.cost.zero_bubble import W_PASSES_SAVED, weight_grad_share
 from paraplan.solver.bounds.plan_range import plan_range
 from paraplan.solver.bounds.unpriced import stage_floor_terms
 from paraplan.solver.partition_plans import enabled as partitions_enabled
-from paraplan.solver.space import micro_batch_lower_bound_terms
+from paraplan.solver.space import micro_batch_lower_bound_terms, virtual_stage_values
 
 
 def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> float:
@@ -173,24 +193,37 @@ class RecomputeFloor:
         got = self.memo[key] = a * (1 + memory.ALLOCATOR_FRAGMENTATION)
         return got
 
-    def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int) -> tuple:
+    def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int,
+             v: int = 1) -> tuple:
         """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _rows, arrays of pp;
         `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms room, state and c
-        (stage_terms), so that rows alike at other ranks or ZeRO stages (the ranks enter only
-        through ZeRO's sharding of the state and the ring's existence, both ranks >= 2 cp) are
-        built, and read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with
-        classes_per_group 2 read them at each family's and layout's ranks)."""
+        (stage_terms), and v > 1, so that rows alike at other ranks or ZeRO stages (the ranks
+        enter only through ZeRO's sharding of the state and the ring's existence, both ranks >= 2
+        cp) are built, and read by class_terms, once (issue 33: GPT-3 175B / 1,024 A100 with
+        classes_per_group 2 read them at each family's and layout's ranks). Each stage holds
+        in_flight(pp, v) micro-batches; the end stages that v's slots relieve (relieved_ends)
+        hold their state alone."""
         room, state, a, c = self.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks)
-        key = ("row", g, tp, cp, pp, b, sp, room, state, c)
+        key = ("row", g, tp, cp, pp, b, sp, room, state, c) + ((v,) if v > 1 else ())
         got = self.memo.get(key)
         if got is None:
-            flight = np.arange(pp, 0, -1, dtype=float)  # pp - s
+            flight = in_flight(pp, v)
             held = state + flight * a
             slope = held / (flight * (a - c))
-            if self.fb.slot_c > 0:  # the end stages: their state alone (module docstring)
-                held[[0, -1]], slope[[0, -1]] = state, np.inf
+            for s in self.relieved_ends(pp, v):  # the end stages: their state alone (module docstring)
+                held[s], slope[s] = state, np.inf
             got = self.memo[key] = (np.full(pp, room), held, slope)
         return key, got
+
+    def relieved_ends(self, pp: int, v: int) -> tuple[int, ...]:
+        """The stages read with no stash: at v = 1 both ends where the space runs the slots
+        (fb.slot_c: read so at every v before v > 1 was read apart), at v > 1 stage 0 where a
+        slot mode of v counts the embedding, the last stage where one counts the loss
+        (chunk_offsets)."""
+        if v == 1:
+            return (0, pp - 1) if self.fb.slot_c > 0 else ()
+        first, last = chunk_offsets(self.inst, v)
+        return tuple(s for s, offs in ((0, first), (pp - 1, last)) if 1 in offs)
 
     def stage_terms(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int,
                     most_ranks: int) -> tuple[float, float, float, float]:
@@ -210,12 +243,13 @@ class RecomputeFloor:
             got = self.memo[key] = (cap - every, state, a, c)
         return got
 
-    def _keyed_rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
-        """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row)."""
-        key = ("rows", g, tp, cp, pp, zeros, most_ranks)
+    def _keyed_rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int,
+                    v: int = 1) -> list[list[tuple]]:
+        """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row) at v."""
+        key = ("rows", g, tp, cp, pp, zeros, most_ranks, v)
         got = self.memo.get(key)
         if got is None:
-            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks)
+            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks, v)
                                      for sp, z in itertools.product(self.sps(tp, cp), zeros)]
                                     for b in self.fb.mbs.astype(int).tolist()]
         return got
@@ -226,29 +260,35 @@ class RecomputeFloor:
         return [[row for _, row in rows] for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)]
 
     def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
-        """Memoise, per row (_row's (key, row), all of one pp) not read yet, its A* at
-        its group's floor and recompute (none with `no_rc`) per scenario, as a list: every such
-        row in one pass (slowest_stage_each_s)."""
+        """Memoise, per row (_row's (key, row)) not read yet, its A* at its group's floor and
+        recompute (none with `no_rc`) per scenario, as a list: the rows at v = 1 in one pass
+        (slowest_stage_each_s), those at v > 1 in another (slowest_in_chunks_s, each stage's
+        layers in whole chunks of its row's v, chunk_offsets)."""
         todo = {k: row for k, row in keyed if ("slowest", k, no_rc) not in self.memo}
         if not todo:
             return
-        fs, rhos, heads = [], [], []
-        for k in todo:
-            g, tp, cp, pp, bi = k[1], k[2], k[3], k[4], self._mb_index(k[5])
-            f = self.fb.floor(g, tp, cp)[bi]
-            fs.append(f)
-            rhos.append(0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi])
-            head = np.zeros((len(f), pp))
-            head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
-            heads.append(head)
-        keys, rows = list(todo), list(todo.values())
-        for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
-            part = slice(lo, lo + 32)
-            room, held, slope = (np.stack([row[x] for row in rows[part]]) for x in range(3))
-            got = slowest_stage_each_s(room, held, slope, int(self.inst.model.layers), np.stack(fs[part])[..., None],
-                                       np.stack(rhos[part])[..., None], head=np.stack(heads[part]))
-            for k, each in zip(keys[part], got.tolist()):
-                self.memo["slowest", k, no_rc] = each
+        L = int(self.inst.model.layers)
+        for interleaved in (False, True):
+            keys = [k for k in todo if (len(k) > 10) is interleaved]  # v > 1 ends a row's key (_row)
+            for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
+                part = keys[lo:lo + 32]
+                fs, rhos, heads, allowed = [], [], [], []
+                for k in part:
+                    g, tp, cp, pp, bi = k[1], k[2], k[3], k[4], self._mb_index(k[5])
+                    f = self.fb.floor(g, tp, cp)[bi]
+                    fs.append(f)
+                    rhos.append(0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi])
+                    head = np.zeros((len(f), pp))
+                    head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
+                    heads.append(head)
+                    if interleaved:
+                        allowed.append(chunk_counts(L, pp, k[10], *chunk_offsets(self.inst, k[10])))
+                room, held, slope = (np.stack([todo[k][x] for k in part]) for x in range(3))
+                f, rho, head = np.stack(fs)[..., None], np.stack(rhos)[..., None], np.stack(heads)
+                got = (slowest_in_chunks_s(room, held, slope, L, f, rho, np.stack(allowed), head) if interleaved else
+                       slowest_stage_each_s(room, held, slope, L, f, rho, head=head))
+                for k, each in zip(part, got.tolist()):
+                    self.memo["slowest", k, no_rc] = each
 
     def _mb_index(self, b: int) -> int:
         got = self.memo.get(("mb index",))
@@ -256,10 +296,11 @@ class RecomputeFloor:
             got = self.memo["mb index",] = {x: i for i, x in enumerate(self.fb.mbs.astype(int).tolist())}
         return got[b]
 
-    def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
+    def least_layers(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int,
+                     v: int = 1) -> np.ndarray:
         """(micro-batch sizes,): R, the fewest layers a class of pp stages on group g at tp and
-        cp recomputes in any layout (ZeRO of `zeros` over at most `most_ranks` ranks)."""
-        keyed = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)
+        cp recomputes in any layout at v (ZeRO of `zeros` over at most `most_ranks` ranks)."""
+        keyed = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, v)
         todo = {k: row for per_mb in keyed for k, row in per_mb if ("least", k) not in self.memo}
         if todo:
             # every row's free room at once; least_recomputed's greedy only where it is short
@@ -276,34 +317,48 @@ class RecomputeFloor:
         inst = self.inst
         return inst.model.moe is not None or not zeros or pp == 1 and 3 in zeros and len(zeros) == 1
 
-    def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> tuple:
+    def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int, v: int = 1) -> tuple:
         """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
-        adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest stage's
-        least time, slowest_stage_each_s; S_lo = L f_g + R rho_lo the least sum of its stage times):
-        its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor (A* = L f_g /
-        pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read with rho = 0
-        (its recompute may hide ZeRO-3's traffic)."""
-        key = ("terms", g, tp, cp, pp, zeros, most_ranks)
+        at v adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest
+        stage's least time, slowest_stage_each_s; S_lo = L f_g + h_g + R rho_lo the least sum of
+        its stage times): its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor
+        (A* = L f_g / pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read
+        with rho = 0 (its recompute may hide ZeRO-3's traffic).
+
+        At v > 1 (module docstring, "Interleaving"): each stage holds whole chunks of v
+        (slowest_in_chunks_s), at interleaving's in-flight counts (in_flight); A* is at least
+        S_lo / pp (a slowest stage is at least the mean), and the bubble is kept_share times
+        S_lo / A* - 1. A v that a class of pp stages cannot run (virtual_stage_values) adds
+        no rate and an infinite bubble: no layout holding the class runs it."""
+        key = ("terms", g, tp, cp, pp, zeros, most_ranks, v)
         got = self.memo.get(key)
         if got is not None:
             return got
         f = self.fb.floor(g, tp, cp)
         L = float(self.inst.model.layers)
-        if self._plain(g, tp, cp, pp, zeros):
-            got = self.memo[key] = (pp / f, np.full(f.shape, pp - 1.0))
+        if v > 1 and not runs_v(self.inst, pp, v):
+            got = self.memo[key] = (np.zeros(f.shape), np.full(f.shape, np.inf))
+            return got
+        kept = kept_share(self, tp, cp) if v > 1 else 1.0
+        if self._plain(g, tp, cp, pp, zeros) or v > 1 and zero_bubble_runs(self.inst):
+            got = self.memo[key] = (pp / f, kept * np.full(f.shape, pp - 1.0))
             return got
         no_rc = pp == 1 and 3 in zeros
-        rows = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)
+        rows = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, v)
         # what the terms read beyond the class's group, tp, cp and pp: its rows (the ranks and
-        # ZeRO stages only through them) and whether recompute is read, so layouts and families
-        # whose rows are alike share one reading
+        # ZeRO stages only through them; v > 1 in their keys) and whether recompute is read, so
+        # layouts and families whose rows are alike share one reading
         read = ("terms read", g, tp, cp, pp, no_rc, tuple(tuple(k for k, _ in per_mb) for per_mb in rows))
         got = self.memo.get(read)
         if got is None:
             rho = 0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)
-            r = self.least_layers(g, tp, cp, pp, zeros, most_ranks)
+            r = self.least_layers(g, tp, cp, pp, zeros, most_ranks, v)
             least = L * f / pp
             slowest = np.full(f.shape, np.inf)
+            if v > 1:  # every v > 1 of the class in one pass: the class's other v read next
+                self._slowest_rows([x for w in interleavings(self.inst, pp)
+                                    for per_mb in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, w)
+                                    for x in per_mb], no_rc)
             self._slowest_rows([x for per_mb in rows for x in per_mb], no_rc)
             for bi, per_mb in enumerate(rows):
                 each = [self.memo["slowest", k, no_rc] for k, _ in per_mb]
@@ -311,12 +366,15 @@ class RecomputeFloor:
                     for x in each:
                         slowest[bi, si] = min(slowest[bi, si], x[si])
             head = self.head_s(g, tp, cp)
-            slowest = np.maximum(slowest, least + head / pp)  # (a relaxation never below the plain floor's)
             total = L * f + head + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
+            if v == 1:
+                slowest = np.maximum(slowest, least + head / pp)  # (a relaxation never below the plain floor's)
+            else:
+                slowest = np.maximum(slowest, total / pp)
             with np.errstate(divide="ignore", invalid="ignore"):
                 rate = np.where(np.isfinite(slowest), L / slowest, 0.0)
                 bubble = np.where(np.isfinite(slowest), total / slowest - 1.0, pp - 1.0)
-            got = self.memo[read] = (rate, np.minimum(bubble, pp - 1.0))
+            got = self.memo[read] = (rate, kept * np.minimum(bubble, pp - 1.0))
         self.memo[key] = got
         return got
 
@@ -401,6 +459,133 @@ def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, 
         return np.where(held_one & np.isfinite(kth), np.maximum(kth, first.max(axis=-1)), np.inf)
 
 
+def in_flight(pp: int, v: int) -> np.ndarray:
+    """Per stage, the micro-batches' worth of its layers' activations it holds at its peak in a
+    class of a layout of several, whose count m is at least pp at v = 1 and 2 pp at v > 1
+    (class_coefficients.class_outer): cost/coefficients.in_flight_micro_batches at that least
+    count, pp - s at v = 1, (2 (pp - s - 1) + (v - 1) pp + 1) / v at v > 1 (uncapped for every
+    m >= 2 pp), so the same at every count the layout may give the class."""
+    return in_flight_micro_batches(pp, pp if v == 1 else 2 * pp, v)
+
+
+def chunk_offsets(inst, v: int) -> tuple[frozenset, frozenset]:
+    """(the slots stage 0 may count beside its decoder layers, those the last stage may): 1
+    where some (embedding, loss) slot mode of v (cost/space_rules.slot_modes; no embedding
+    slot for an MoE model with a dense prefix, space._slot_modes_of) counts the embedding
+    (the loss) as a layer, 0 where one does not. A stage's decoder layers n plus its slot o
+    fill whole chunks of v (cost/pipeline_split.chunk_problem), so n + o is a multiple of v."""
+    m = inst.model
+    prefix = m.moe is not None and m.moe.dense_layers > 0
+    modes = [(e, l) for e, l in slot_modes(m.layers, v, split_slots_run(inst.job, inst.search))
+             if not (e and prefix)]
+    return frozenset(int(e) for e, _ in modes), frozenset(int(l) for _, l in modes)
+
+
+def chunk_counts(layers: int, stages: int, v: int, first: frozenset, last: frozenset) -> np.ndarray:
+    """(stages, layers) bool: whether stage s may hold n = 1..layers decoder layers at v (n plus
+    a slot of chunk_offsets a multiple of v; the middle stages none)."""
+    n = np.arange(1, layers + 1)
+    out = np.tile(n % v == 0, (stages, 1))
+    out[0] = np.any([(n + o) % v == 0 for o in first], axis=0) if first else False
+    out[-1] = np.any([(n + o) % v == 0 for o in last], axis=0) if last else False
+    return out
+
+
+def interleavings(inst, pp: int) -> list[int]:
+    """The v > 1 a class of pp stages may run (space.virtual_stage_values for that class alone:
+    every layout holding it lists only such v)."""
+    return [v for v in virtual_stage_values(inst, [ClassShape(replicas=1, stage_groups=(0,) * pp)]) if v > 1]
+
+
+def runs_v(inst, pp: int, v: int) -> bool:
+    """Whether a class of pp stages may run v (interleavings; v = 1 always)."""
+    return v == 1 or v in interleavings(inst, pp)
+
+
+def zero_bubble_runs(inst) -> bool:
+    """Whether the job's framework runs zero-bubble schedules (FrameworkRules.zero_bubble: at v
+    >= 2, space.zero_bubble_modes), whose pipeline term reads the drain passes B_s = T_s - k W_s
+    and ZBVZeroBubble's V its own stage order and memory: the terms at v > 1 are then the plain
+    floors' (class_terms)."""
+    return bool(rules_for(inst.job.framework, inst.job.optimizer).zero_bubble)
+
+
+def kept_share(rc: RecomputeFloor, tp: int, cp: int) -> np.ndarray:
+    """(micro-batch sizes, 1): the least share of a stage's time its pass through the fill and
+    drain keeps at v > 1: 1 - k w under a zero-bubble schedule (cost/zero_bubble.py: B_s = T_s
+    - k W_s >= (1 - k w) T_s, k the passes saved, w the weight gradient's share of a layer,
+    read at its largest over the sp flags tp admits), 1 where the framework runs none. The
+    pipeline term m T_max + (sum_s B_s - B_max) / v is then at least (m - (1 - k w) / v) A +
+    (1 - k w) S / v, so the bubble the derivation reads is scaled by it."""
+    key = ("kept share", tp, cp)
+    got = rc.memo.get(key)
+    if got is None:
+        inst, mbs = rc.inst, rc.fb.mbs.astype(int).tolist()
+        got = np.ones((len(mbs), 1))
+        if zero_bubble_runs(inst):
+            k = max(W_PASSES_SAVED.values())
+            for bi, b in enumerate(mbs):
+                got[bi] = 1.0 - k * max(weight_grad_share(inst.model, b, tp, cp, sp) for sp in rc.sps(tp, cp))
+        got = rc.memo[key] = np.maximum(got, 0.0)
+    return got
+
+
+def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
+                        rho: np.ndarray, allowed: np.ndarray, head: np.ndarray | None = None) -> np.ndarray:
+    """slowest_stage_each_s where stage s may hold only the decoder-layer counts n = 1..layers
+    that `allowed` ((rows,) stages, layers) marks (whole chunks of v: chunk_counts): at a time A
+    stage s holds the largest marked n with t_s(n) <= A (t_s grows with n, so its marked n with
+    t_s(n) <= A are a prefix of them), so A* is the least of every stage's marked times at which
+    those counts sum to `layers` (each marked n standing for the n - its previous marked count
+    more layers it holds), and at least each stage's time at its least marked count (every
+    stage holds a chunk, of one decoder layer or more: v - 1 >= 1 where a slot fills the rest).
+    Arrays as slowest_stage_each_s's; (rows, k), inf where the stages cannot hold `layers`."""
+    allowed = np.broadcast_to(allowed, (len(room), *allowed.shape[-2:]))
+    cols = _chunk_cols(room, held, slope, layers, f, rho, allowed, head)
+    allowed = allowed[..., :cols]
+    t = _stage_times(room, held, slope, cols, f, rho, head)  # (rows, k, stages, cols)
+    t = np.where(allowed[:, None], t, np.inf)
+    n = np.arange(1, cols + 1)
+    marked = np.where(allowed, n, 0)
+    before = np.concatenate([np.zeros((*allowed.shape[:2], 1), n.dtype),
+                             np.maximum.accumulate(marked, axis=-1)[..., :-1]], axis=-1)
+    more = np.where(allowed, n - before, 0).astype(float).reshape(len(room), 1, -1)  # (rows, 1, stages x layers)
+    flat = t.reshape(*t.shape[:2], -1)
+    order = np.argsort(flat, axis=-1, kind="stable")
+    times = np.take_along_axis(flat, order, axis=-1)
+    held_at = np.cumsum(np.take_along_axis(np.broadcast_to(more, flat.shape), order, axis=-1), axis=-1)
+    reach = held_at >= layers  # the stages hold the layers by then
+    at = np.argmax(reach, axis=-1)
+    kth = np.where(reach.any(axis=-1), np.take_along_axis(times, at[..., None], axis=-1)[..., 0], np.inf)
+    least = np.argmax(allowed, axis=-1)  # (rows, stages): each stage's least marked count
+    first = np.take_along_axis(t, np.broadcast_to(least[:, None, :, None], (*t.shape[:3], 1)), axis=-1)[..., 0]
+    with np.errstate(invalid="ignore"):
+        return np.maximum(kth, first.max(axis=-1))
+
+
+def _chunk_cols(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray, rho: np.ndarray,
+                allowed: np.ndarray, head: np.ndarray | None) -> int:
+    """The first counts slowest_in_chunks_s need read (as slowest_stage_each_s's cut): with
+    each stage at its least marked count c_s >= ceil(layers / stages) the stages hold the
+    layers, so A* is at most v, the slowest of those times, and a count n with n f_min > v
+    (t_s(n) >= n f_s) is never among the times up to A*; every count where v is not finite."""
+    stages = allowed.shape[-2]
+    c = -(-layers // stages)
+    n = np.arange(1, layers + 1)
+    at = np.where(allowed & (n >= c), n, layers + 1).min(axis=-1)  # (rows, stages): c_s
+    if (at > layers).any():
+        return layers
+    top = int(at.max())
+    t = _stage_times(room, held, slope, top, f, rho, head)  # (rows, k, stages, top)
+    idx = np.broadcast_to((at - 1)[:, None, :, None], (*t.shape[:3], 1))
+    with np.errstate(invalid="ignore"):
+        v = np.take_along_axis(t, idx, axis=-1)[..., 0].max(axis=-1)  # (rows, k)
+        fmin = np.broadcast_to(f, (*f.shape[:2], stages)).min(axis=-1)
+        if not (np.isfinite(v).all() and (fmin > 0).all()):
+            return layers
+        return int(min(layers, max(top, np.floor(v / fmin).max() + 2)))
+
+
 def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: int, f: np.ndarray,
                  rho: np.ndarray, head: np.ndarray | None = None) -> np.ndarray:
     """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_each_s), inf past where
@@ -419,50 +604,58 @@ def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: in
 
 
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
-                          most_ranks: int) -> np.ndarray:
-    """(micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages on each
-    group g (a mixed layout's, beside replica classes: m >= pp, so stage s holds pp - s
-    micro-batches), the least over the orders of its groups (class_layouts lists the class in
-    each: its stages on a group contiguous, option_families._layouts_of): in one order every
-    stage's place, so its in-flight count, is known, and so are the two end stages (the slots'
-    relief) and the last stage's group, whose output layer that stage runs (head_s). Each stage
-    at its group's floor and recompute, memory read at the class's depth; the least over the
-    (sp, ZeRO) rows, all of one call (slowest_stage_each_s)."""
+                          most_ranks: int, vs: tuple = (1,)) -> np.ndarray:
+    """(v of `vs`, micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages
+    on each group g at each v (a mixed layout's, beside replica classes: m >= pp, so stage s
+    holds pp - s micro-batches at v = 1, in_flight(pp, v) at v > 1), the least over the orders
+    of its groups (class_layouts lists the class in each: its stages on a group contiguous,
+    option_families._layouts_of): in one order every stage's place, so its in-flight count, is
+    known, and so are the two end stages (the slots' relief, RecomputeFloor.relieved_ends) and
+    the last stage's group, whose output layer that stage runs (head_s). Each stage at its
+    group's floor and recompute, memory read at the class's depth, at v > 1 its layers in whole
+    chunks (slowest_in_chunks_s); the least over the (sp, ZeRO) rows, every order's and mode's
+    (and every v > 1's) in one call."""
     fb, L = rc.fb, rc.inst.model.layers
+    nb, ns = len(fb.mbs), len(fb.idx)
     if not zeros or any(rc._plain(g, tp, cp, c, zeros) for g, c in counts.items()):
-        return np.zeros((len(fb.mbs), len(fb.idx)))
-    pp = sum(counts.values())
+        return np.zeros((len(vs), nb, ns))
+    pp, groups = sum(counts.values()), list(counts)
     modes = list(itertools.product(rc.sps(tp, cp), zeros))
     mbs = fb.mbs.astype(int).tolist()
-    terms = {(g, bi, mi): rc.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks)
-             for g in counts for bi, b in enumerate(mbs) for mi, (sp, z) in enumerate(modes)}
-    floors = {g: fb.floor(g, tp, cp) for g in counts}
-    rcs = {g: rc.rc_fwd_s(g, tp, cp) for g in counts}
-    heads = {g: rc.head_s(g, tp, cp) for g in counts}
-    flight = np.arange(pp, 0, -1, dtype=float)  # pp - s at place s
-    rooms, helds, slopes, fs, rhos, hs, at = [], [], [], [], [], [], []
-    for order in itertools.permutations(counts):
-        stage_g = [g for g in order for _ in range(counts[g])]
-        for bi in range(len(mbs)):
-            f = np.stack([floors[g][bi] for g in stage_g], axis=-1)  # (scenarios, stages)
-            rho = np.stack([rcs[g][bi] for g in stage_g], axis=-1)
-            head = np.zeros_like(f)
-            head[:, -1] = heads[order[-1]][bi]
-            for mi in range(len(modes)):
-                room, state, a, c = (np.array([terms[g, bi, mi][x] for g in stage_g]) for x in range(4))
-                held = state + flight * a
-                slope = held / (flight * (a - c))
-                if fb.slot_c > 0:  # the end stages: their state alone (module docstring)
-                    held[[0, -1]], slope[[0, -1]] = state[[0, -1]], np.inf
-                rooms.append(room)
-                helds.append(held)
-                slopes.append(slope)
-                fs.append(f)
-                rhos.append(rho)
-                hs.append(head)
-                at.append(bi)
-    each = slowest_stage_each_s(np.stack(rooms), np.stack(helds), np.stack(slopes), L, np.stack(fs), np.stack(rhos),
-                                head=np.stack(hs))  # (rows, scenarios)
-    out = np.full((len(fb.mbs), len(fb.idx)), np.inf)
-    np.minimum.at(out, np.array(at, np.int64), each)
+    terms = np.array([[[rc.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks) for sp, z in modes] for b in mbs]
+                      for g in groups])  # (groups, mbs, modes, 4)
+    floors, rcs, heads = (np.stack([fn(g, tp, cp) for g in groups]) for fn in (fb.floor, rc.rc_fwd_s, rc.head_s))
+    orders = list(itertools.permutations(range(len(groups))))
+    at = np.array([[i for i in order for _ in range(counts[groups[i]])] for order in orders])  # (orders, pp)
+    shape = (len(orders), nb, len(modes), ns, pp)  # a row per (order, b, mode)
+    room, state, a, c = np.moveaxis(terms[at], 1, -1).transpose(3, 0, 1, 2, 4)  # each (orders, mbs, modes, pp)
+    f = np.broadcast_to(np.moveaxis(floors[at], 1, -1)[:, :, None], shape).reshape(-1, ns, pp)
+    rho = np.broadcast_to(np.moveaxis(rcs[at], 1, -1)[:, :, None], shape).reshape(-1, ns, pp)
+    head = np.zeros((len(orders), nb, ns, pp))
+    head[..., -1] = heads[[order[-1] for order in orders]]  # the last stage's group's output layer
+    head = np.broadcast_to(head[:, :, None], shape).reshape(-1, ns, pp)
+    room = room.reshape(-1, pp)
+    out = np.full((len(vs), nb, ns), np.inf)
+    rows: list[tuple] = []  # per v > 1: (its place in vs, held, slope, allowed)
+    for i, v in enumerate(vs):
+        flight = in_flight(pp, v)
+        held = state + flight * a
+        slope = held / (flight * (a - c))
+        relieved = list(rc.relieved_ends(pp, v))
+        held[..., relieved], slope[..., relieved] = state[..., relieved], np.inf  # (module docstring)
+        held, slope = held.reshape(-1, pp), slope.reshape(-1, pp)
+        if v == 1:
+            each = slowest_stage_each_s(room, held, slope, L, f, rho, head=head)  # (rows, scenarios)
+            out[i] = each.reshape(len(orders), nb, len(modes), ns).min(axis=(0, 2))
+        else:
+            rows.append((i, held, slope, chunk_counts(L, pp, v, *chunk_offsets(rc.inst, v))))
+    if rows:
+        k = len(room)
+        each = slowest_in_chunks_s(np.concatenate([room] * len(rows)), np.concatenate([x[1] for x in rows]),
+                                   np.concatenate([x[2] for x in rows]), L, np.concatenate([f] * len(rows)),
+                                   np.concatenate([rho] * len(rows)),
+                                   np.concatenate([np.broadcast_to(x[3], (k, pp, L)) for x in rows]),
+                                   np.concatenate([head] * len(rows)))
+        for j, (i, *_) in enumerate(rows):
+            out[i] = each[j * k:(j + 1) * k].reshape(len(orders), nb, len(modes), ns).min(axis=(0, 2))
     return out
