@@ -94,7 +94,7 @@ from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
 from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
-from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, StageFamily, stage_families
+from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, stage_families
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
                                    partial_rank, replica_partial, stage_partial,
                                    micro_batch_vectors, paired_counts, summarize, summarize_partials)
@@ -927,10 +927,8 @@ class _Partials:
         return [_Choice(f, x, (lb * (1 - FAMILY_MARGIN), -1, -1)) for x, lb in got]
 
     def joint_reads(self, ch: "_Choice") -> bool:
-        """Whether tp choice `ch` is one joint_keys reads: a stage family's through two groups
-        or more, without search.idle_gpus (FamilyBounds.joint_keys)."""
-        fam = self.families[ch.family]
-        return isinstance(fam, StageFamily) and len(fam.used) > 1 and not self.lst.inst.search.idle_gpus
+        """Whether tp choice `ch` is one joint_keys reads (FamilyBounds.reads_syncs)."""
+        return self.fb.reads_syncs(self.families[ch.family])
 
     def joint_keys(self, choices: list["_Choice"], can_win) -> list[float]:
         """The keys of tp choices `choices` (joint_reads) with their pipeline and slowest sync

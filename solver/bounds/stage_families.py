@@ -472,8 +472,8 @@ class FamilyBounds:
         index, bound, _ = self._combos(fam)
         return index, bound
 
-    def _combos(self, fam: StageFamily, least: bool = False,
-                only: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+    def _combos(self, fam: StageFamily, least: bool = False, only: np.ndarray | None = None,
+                recompute: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None]:
         """combos, and the terms fill_drain_choices reads: (z at v = 1, z's least at v > 1,
         the choices' stages per group (choices, groups), floors (choices, groups, mbs,
         scenarios), whether each (choice, mb) holds a configuration, the quantile factor).
@@ -484,7 +484,8 @@ class FamilyBounds:
         least the least so far, not (issue 33: the 4 x 16 row keyed 396 stage families at set-up,
         up to 16 choices each, and opened 77; the term read one choice at a time is the same
         float, stage_recompute's memo keeps it per choice). `only`: the choices at these
-        positions of the family's grid alone (joint_keys)."""
+        positions of the family's grid alone, without the slowest stage with forced
+        recompute where not `recompute` (joint_keys)."""
         inst = self.inst
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
@@ -557,7 +558,7 @@ class FamilyBounds:
                            if self.slot_c else slow1)
 
         everything = slice(None)
-        if grid.shape[1] > RECOMPUTE_CHOICES:  # not read: the bound without it
+        if grid.shape[1] > RECOMPUTE_CHOICES or not recompute:  # not read: the bound without it
             z1, zv, valid, bounds = bounds_at(everything, 0.0, 0.0)
         elif least and self.agg == "max":
             lower = bounds_at(everything, 0.0, 0.0)[3]
@@ -641,7 +642,7 @@ class FamilyBounds:
         z = np.where(valid[k] & ~np.isnan(z), z, np.inf)
         return (z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)) * factor
 
-    def apart_choices(self, fam: StageFamily, keep: list[int], terms: tuple) -> np.ndarray:
+    def apart_choices(self, fam: StageFamily, keep: list[int], terms: tuple, can_win) -> np.ndarray:
         """The bound of each tp choice `keep` (positions in combos' order) with its v = 1 term
         raised by its gradient sync read apart from its pipeline. A configuration's time at
         v = 1 is (m - 1) max_s T_s + sum_s T_s + max_s D_s, T_s >= n_s f_s and D_s >= d_s +
@@ -652,14 +653,37 @@ class FamilyBounds:
         n_s >= 1, max(max_g (d_g + g_g), (L + sum_g c_g d_g / g_g) / sum_g c_g / g_g)
         (fill_drain_sync_s' first level). The least over v, the scenarios' aggregate, the least
         over b and the factor as combos. Without search.idle_gpus only (there c_g is a least
-        count), through two groups or more (the syncs are read at pp > 1)."""
+        count), through two groups or more (the syncs are read at pp > 1). Read only for the
+        choices it may prune (_can_rise); 0 for the others."""
         k = np.asarray(keep, np.int64)
-        *_, pipeline, least_sync = self._sync_rows(fam, k, terms)
-        return self._per_b(terms, k, pipeline + least_sync).min(axis=1)
+        out = np.zeros(len(k))  # (no bound: the caller's stands)
+        read = self._can_rise(terms, k, can_win)
+        if len(read):
+            *_, pipeline, least_sync = self._sync_rows(fam, k[read], terms)
+            out[read] = self._per_b(terms, k[read], pipeline + least_sync).min(axis=1)
+        return out
+
+    def reads_syncs(self, fam) -> bool:
+        """Whether the tp choices of `fam` read their syncs (apart_choices, joint_keys): a
+        stage family's through two groups or more, where the space runs v = 1 alone and no
+        idle GPUs (the syncs raise the v = 1 term only; on the 4 x 16 row, which interleaves,
+        reading them cost 3-8 s of CPU and pruned nothing the layouts' keys do not)."""
+        return (isinstance(fam, StageFamily) and len(fam.used) > 1 and self.v_max < 2
+                and not self.inst.search.idle_gpus)
+
+    def _can_rise(self, terms: tuple, k: np.ndarray, can_win) -> np.ndarray:
+        """The positions in `k` (choices of combos' order) whose bound with their v = 1 term
+        raised without end cannot win (`can_win`): the others' sync, which only raises that
+        term, cannot prune them (where the space interleaves, their v > 1 term holds: the 4 x
+        16 row, where reading every opened choice's syncs cost 14 s of CPU for nothing)."""
+        C, nb, ns = len(k), len(self.mbs), len(self.idx)
+        top = self._per_b(terms, k, np.full((C, nb, ns), np.inf)).min(axis=1)
+        return np.setdiff1d(np.arange(C), _winning(top, can_win))
 
     def joint_keys(self, fam: StageFamily, indices: list[int], can_win) -> np.ndarray:
         """The bound of each tp choice of `indices` (tp_choices' order) read as choices reads
-        it (combos, fill_drain_choices, apart_choices), and then, for each (choice, b) whose
+        it (combos without the slowest stage with forced recompute, which the choice's key
+        may hold: the caller keeps the larger; fill_drain_choices, apart_choices), and then, for each (choice, b) whose
         bound can still win (`can_win`), with its pipeline and slowest sync read together:
         fill_drain.fill_drain_sync_s of its stages (apart_choices' floors and syncs), the least
         over integer splits of (m - 1) max_s n_s f_s + sum_s n_s f_s + max_s (d_s + n_s g_s),
@@ -671,16 +695,23 @@ class FamilyBounds:
         search.idle_gpus only, through two groups or more; inf where the choice holds no
         configuration."""
         pos = self._positions(fam, indices)
-        _, bounds, terms = self._combos(fam, only=pos)
+        # (the slowest stage with forced recompute not read: the choice's own key may hold it;
+        # read per popped choice it was 15% of the 4 x 16 row's CPU)
+        _, bounds, terms = self._combos(fam, only=pos, recompute=False)
         k = np.arange(len(pos))
         L = self.inst.model.layers
+        bounds = np.maximum(bounds, self.fill_drain_choices(fam, k.tolist(), terms))
+        if not len(self._can_rise(terms, k, can_win)):  # (none it may prune)
+            return bounds
         t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms)
-        fd = self.fill_drain_choices(fam, k.tolist(), terms)
         apart = pipeline + least_sync
         got = self._per_b(terms, k, apart)
-        bounds = np.maximum(np.maximum(bounds, fd), got.min(axis=1))
-        # the (choice, b) that can still win apart; none without a bar (there it prunes nothing)
-        rows = _winning(got.ravel(), can_win) if not can_win(np.inf) else []
+        bounds = np.maximum(bounds, got.min(axis=1))
+        # the (choice, b) that can still win apart, but not with their v = 1 term raised
+        # without end (_can_rise); none without a bar (there it prunes nothing)
+        top = self._per_b(terms, k, np.full(apart.shape, np.inf)).ravel()
+        rows = (np.setdiff1d(_winning(got.ravel(), can_win), _winning(top, can_win))
+                if not can_win(np.inf) else [])
         if len(rows):
             nb, ns = got.shape[1], len(self.idx)
             ci, bi = np.unravel_index(rows, got.shape)
@@ -738,8 +769,8 @@ class FamilyBounds:
             bounds = bounds.copy()
             bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep.tolist(), terms))
             keep = keep[_winning(bounds[keep], can_win)]
-            if len(keep) and len(fam.used) > 1:
-                bounds[keep] = np.maximum(bounds[keep], self.apart_choices(fam, keep.tolist(), terms))
+            if len(keep) and self.reads_syncs(fam):
+                bounds[keep] = np.maximum(bounds[keep], self.apart_choices(fam, keep.tolist(), terms, can_win))
                 keep = keep[_winning(bounds[keep], can_win)]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
