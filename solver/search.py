@@ -926,6 +926,25 @@ class _Partials:
                else self.fb.choices(fam, margin))
         return [_Choice(f, x, (lb * (1 - FAMILY_MARGIN), -1, -1)) for x, lb in got]
 
+    def joint_reads(self, ch: "_Choice") -> bool:
+        """Whether tp choice `ch` is one joint_keys reads (FamilyBounds.reads_syncs)."""
+        return self.fb.reads_syncs(self.families[ch.family])
+
+    def joint_keys(self, choices: list["_Choice"], can_win) -> list[float]:
+        """The keys of tp choices `choices` (joint_reads) with their pipeline and slowest sync
+        read together (FamilyBounds.joint_keys, where their bound can still win: `can_win`),
+        lowered by FAMILY_MARGIN as open_family's."""
+        margin = lambda lb: can_win(lb * (1 - FAMILY_MARGIN))
+        by_family: dict[int, list[int]] = {}
+        for k, ch in enumerate(choices):
+            by_family.setdefault(ch.family, []).append(k)
+        out = [0.0] * len(choices)
+        for f, ks in by_family.items():
+            got = self.fb.joint_keys(self.families[f], [choices[k].index for k in ks], margin)
+            for k, lb in zip(ks, got.tolist()):
+                out[k] = lb * (1 - FAMILY_MARGIN)
+        return out
+
     def set_up(self, choices: list["_Choice"], can_win=lambda lb: True) -> list:
         """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s) and
         appended: their heap nodes; of an option family's partial choice, its children whose
@@ -1039,6 +1058,7 @@ class _Choice(_Node):
     index: int
     key: tuple[float, int, int]
     weight: int = 0
+    synced: bool = False  # keyed by its pipeline and sync read together (_Partials.joint_keys)
 
 
 # tp choices or class layouts set up at once (the heap's next, while they can win): one call of
@@ -1440,7 +1460,20 @@ class _Search:
         while (self.heap and len(got) < CHOICES_AT_ONCE and isinstance(self.heap[0][2], _Choice)
                and self.can_win(self.heap[0][0])):
             got.append(heapq.heappop(self.heap)[2])
-        return lazy.set_up(got, bound_wins)
+        # a stage family's tp choice popped against a bar is keyed by its pipeline and sync read
+        # together (stage_families.FamilyBounds.joint_keys, ~2 ms a choice: read as it comes up,
+        # not for every choice of an opened family), and pushed back where that raises its key
+        barred = not self.can_win((math.inf, -1, -1))  # without a bar it prunes nothing
+        fresh = [ch for ch in got if not ch.synced and lazy.joint_reads(ch)] if barred else []
+        raised = []
+        for ch, lb in zip(fresh, lazy.joint_keys(fresh, bound_wins)):
+            ch.synced = True
+            if lb > ch.key[0]:
+                ch.key = (lb, -1, -1)
+                raised.append(ch)
+        back = {id(ch) for ch in raised}
+        got = [ch for ch in got if id(ch) not in back]
+        return self._kept(raised) + (lazy.set_up(got, bound_wins) if got else [])
 
     def _list_layouts(self, got: list[_Partial]) -> None:
         """The outers of partial layouts `got` appended (with their ranks), bounded before

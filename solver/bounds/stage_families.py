@@ -62,6 +62,17 @@ least stage count and largest count / floor), at most every tp choice's fill_dra
 bound without listing the choices, under the same margin; the choices are computed only for a
 family the search opens.
 
+The gradient sync after the last backward, max_s (d_s + n_s g_s), adds to every
+configuration's time, and a tp choice's least syncs per group (FamilyBounds.syncs: build's
+per-layer sync g_g and a floor of its stage sync d_g, the least over the flags, modes and ZeRO
+stages) bound it: an opened family's choices are raised by it read apart from the pipeline
+(apart_choices), and a choice the search pops against a bar by the two read together
+(joint_keys: fill_drain.fill_drain_sync_s, the least over integer splits of the pipeline and
+its slowest sync), about 2 ms a choice, so only as it comes up. On 8 types x 8 nodes the split
+that balances the pipeline piles layers on the fastest groups, whose syncs then lead: the
+choice of the row's optimum was keyed 1.98 s without syncs, 2.10 s with them read together,
+against its 2.21 s at p90.
+
 Memory raises A further: a stage holding many micro-batches in flight holds few layers unless it
 recomputes, and each recomputed layer repeats its forward. stage_recompute.py reads, per tp
 choice and b, the least slowest stage A* of any split that fits with the recompute it forces
@@ -89,12 +100,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from paraplan.cost.class_coefficients import class_outers
+from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.cost.space_rules import cp_problem, split_slots_run
 from paraplan.cost.specs import Attention
 from paraplan.cost.trust import objective_factor_of
-from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s
+from paraplan.solver.bounds.fill_drain import fill_drain_relaxed_s, fill_drain_sync_s
 from paraplan.solver.bounds.unpriced import stage_floor_terms
+from paraplan.solver.bounds.unpriced_memory import layer_terms, sync_terms
 from paraplan.solver.class_layouts import (_powers_of_two, cp_values, divisors, replica_options, tp_choices,
                                            tp_values)
 from paraplan.solver.partition_plans import enabled as partitions_enabled
@@ -213,6 +227,10 @@ class FamilyBounds:
     floors: dict = field(default_factory=dict)  # (g, tp, cp) -> (mb sizes, scenarios) least floors
     factors: dict = field(default_factory=dict)
     group_tps: dict = field(default_factory=dict)  # g -> tp_values(inst, (g,)), read once (tpg_at)
+    # (g, tp, cp, dp, tp per group) -> (g, d) least syncs (mb sizes, scenarios) (syncs); their
+    # layers' terms and syncs as unpriced_memory keeps them
+    sync_floors: dict = field(default_factory=dict)
+    layer_memo: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         inst = self.inst
@@ -250,6 +268,39 @@ class FamilyBounds:
                         floor = stage_floor_terms(inst, i, o, 0, g, self.layer_plans, self.memo)[0]
                         got[bi, si] = min(got[bi, si], floor)
             self.floors[key] = got
+        return got
+
+    def syncs(self, g: int, tp: int, cp: int, dp: int, per_group: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(g_g, d_g), each (micro-batch sizes, scenarios): the least per-layer and stage
+        gradient sync (unpriced_memory.sync_terms: cost/coefficients.sync_floor_s, build's
+        per-layer sync and a floor of its stage sync) of a stage on group g at tp, cp, over the
+        sequence-parallel flags tp admits, the recompute modes and the ZeRO stages the space
+        offers, of a lone class of dp replicas through two groups or more (its ring lies in
+        its group: class_coefficients._ring_link reads the group, tp, cp and dp; of the
+        pipeline the sync reads whether it has one stage, ZeRO-3's gathers and the reduction's
+        overlap, pp > 1 and v = 1 here). `per_group`: whether the choice's tp differs between
+        its groups (ClassOuter.group_tp set, as space.shape_blocks sets it)."""
+        key = (g, tp, cp, dp, per_group)
+        got = self.sync_floors.get(key)
+        if got is None:
+            inst, net = self.inst, NetEfficiency()
+            sps = [sp for sp in inst.search.sequence_parallel
+                   if not (sp and (tp == 1 or inst.model.seq_len % (tp * cp)))] or [False]
+            gs = np.full((len(self.mbs), len(self.idx)), np.inf)
+            ds = np.full((len(self.mbs), len(self.idx)), np.inf)
+            # the other group only makes the class a pipeline (its ring and layer read group g)
+            other = next(h for h in range(len(inst.cluster.groups)) if h != g)
+            for bi, b in enumerate(self.mbs.astype(int).tolist()):
+                for sp, rc, z in itertools.product(sps, self.recompute, inst.search.zero):
+                    o = ClassOuter(tp=tp, cp=cp, micro_batch=b, sequence_parallel=sp, recompute=rc, zero=z,
+                                   group_tp=((g, tp),) if per_group else (),
+                                   classes=(ClassShape(replicas=dp, stage_groups=(g, other)),))
+                    co = class_outers(inst.job, o)[0]
+                    for si, i in enumerate(self.idx):
+                        lt = layer_terms(inst, o, co, i, g, self.memo, self.layer_memo, net)[0]
+                        gg, dd = sync_terms(inst, o, co, i, g, lt, self.layer_memo, net)
+                        gs[bi, si], ds[bi, si] = min(gs[bi, si], gg), min(ds[bi, si], dd)
+            got = self.sync_floors[key] = (gs, ds)
         return got
 
     def factor(self, used: tuple[int, ...], cp: int, depths: tuple[int, ...]) -> float:
@@ -423,7 +474,8 @@ class FamilyBounds:
         index, bound, _ = self._combos(fam)
         return index, bound
 
-    def _combos(self, fam: StageFamily, least: bool = False) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+    def _combos(self, fam: StageFamily, least: bool = False, only: np.ndarray | None = None,
+                recompute: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None]:
         """combos, and the terms fill_drain_choices reads: (z at v = 1, z's least at v > 1,
         the choices' stages per group (choices, groups), floors (choices, groups, mbs,
         scenarios), whether each (choice, mb) holds a configuration, the quantile factor).
@@ -433,11 +485,15 @@ class FamilyBounds:
         rounding included), so the choices are read with it best first, and the others, at
         least the least so far, not (issue 33: the 4 x 16 row keyed 396 stage families at set-up,
         up to 16 choices each, and opened 77; the term read one choice at a time is the same
-        float, stage_recompute's memo keeps it per choice)."""
+        float, stage_recompute's memo keeps it per choice). `only`: the choices at these
+        positions of the family's grid alone, without the slowest stage with forced
+        recompute where not `recompute` (joint_keys)."""
         inst = self.inst
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(tp_values(inst, (g,))) for g in fam.used]
         grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)  # (groups, choices)
+        if only is not None:
+            grid = grid[:, only]
         rate, lo, hi, held = 0.0, np.inf, -np.inf, 0.0
         most = min(L, s.max_pp if s.max_pp is not None else L)
         stages = np.zeros(grid.shape[1], np.int64)
@@ -504,7 +560,7 @@ class FamilyBounds:
                            if self.slot_c else slow1)
 
         everything = slice(None)
-        if grid.shape[1] > RECOMPUTE_CHOICES:  # not read: the bound without it
+        if grid.shape[1] > RECOMPUTE_CHOICES or not recompute:  # not read: the bound without it
             z1, zv, valid, bounds = bounds_at(everything, 0.0, 0.0)
         elif least and self.agg == "max":
             lower = bounds_at(everything, 0.0, 0.0)[3]
@@ -541,6 +597,142 @@ class FamilyBounds:
         z = np.where(valid[k] & ~np.isnan(z), z, np.inf)
         per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
         return per_mb.min(axis=1) * factor
+
+    def _choice_syncs(self, fam: StageFamily, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(g, d) of syncs per choice of positions `k` (combos' order) and group, each
+        (choices, groups, micro-batch sizes, scenarios)."""
+        G, nb, ns = len(fam.used), len(self.mbs), len(self.idx)
+        # each choice's tp per group (combos' order: np.indices over fam.tps, the last fastest)
+        at = np.unravel_index(k, [len(x) for x in fam.tps])
+        gs, ds = np.empty((len(k), G, nb, ns)), np.empty((len(k), G, nb, ns))
+        for r in range(len(k)):
+            tpg = [fam.tps[x][int(at[x][r])][1] for x in range(G)]
+            per_group = len(set(tpg)) > 1
+            for x, (g, t) in enumerate(zip(fam.used, tpg)):
+                gs[r, x], ds[r, x] = self.syncs(g, t, fam.cp, fam.dp, per_group)
+        return gs, ds
+
+    def _sync_rows(self, fam: StageFamily, k: np.ndarray, terms: tuple) -> tuple:
+        """What apart_choices and joint_keys read of the choices at positions `k` of combos'
+        order (their `terms`): per row (choices x mbs x scenarios, groups) the floors t, stage
+        counts, syncs g and d (syncs), and per row m (the lone class's micro-batches); per
+        (choices, mbs, scenarios) fill_drain_relaxed_s of the floors and the least slowest sync
+        over real splits."""
+        _, _, counts, floors, _, _ = terms
+        L, gb = self.inst.model.layers, self.inst.job.global_batch
+        C, G = len(k), counts.shape[1]
+        nb, ns = floors.shape[2], floors.shape[3]
+        gs, ds = self._choice_syncs(fam, k)
+        c = counts[k].astype(float)[:, :, None, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            least_sync = np.maximum((ds + gs).max(axis=1), (L + (c * ds / gs).sum(axis=1)) / (c / gs).sum(axis=1))
+        least_sync = np.where(np.isnan(least_sync), 0.0, least_sync)  # (no bound)
+        t = np.moveaxis(floors[k], 1, -1).reshape(-1, G)  # (choices x mbs x scenarios, groups)
+        count = np.repeat(counts[k].astype(float), nb * ns, axis=0)
+        m = np.maximum(np.tile(np.repeat(np.floor(gb / self.mbs) / fam.dp, ns), C), 1.0)
+        pipeline = fill_drain_relaxed_s(t, count, L, m).reshape(C, nb, ns)
+        g_, d_ = (np.moveaxis(x, 1, -1).reshape(-1, G) for x in (gs, ds))
+        return t, count, g_, d_, m, pipeline, least_sync
+
+    def _per_b(self, terms: tuple, k: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """(choices, mbs): the bound of the choices at positions `k` with their v = 1 term
+        raised to j (choices, mbs, scenarios): the least over v, aggregated over the scenarios,
+        times the factor, as combos."""
+        z1, zv, _, _, valid, factor = terms
+        with np.errstate(invalid="ignore"):
+            z = np.minimum(np.maximum(z1[k], j), zv[k])
+        z = np.where(valid[k] & ~np.isnan(z), z, np.inf)
+        return (z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)) * factor
+
+    def apart_choices(self, fam: StageFamily, keep: list[int], terms: tuple, can_win) -> np.ndarray:
+        """The bound of each tp choice `keep` (positions in combos' order) with its v = 1 term
+        raised by its gradient sync read apart from its pipeline. A configuration's time at
+        v = 1 is (m - 1) max_s T_s + sum_s T_s + max_s D_s, T_s >= n_s f_s and D_s >= d_s +
+        n_s g_s on its own split n (group g's c_g stages at its floor f_g and its least syncs
+        g_g, d_g: syncs; every flag, mode and ZeRO stage it may run has floors, syncs and stage
+        terms at least these), m = (global batch / b) / dp: so at least fill_drain_relaxed_s of
+        the floors (fill_drain_choices' J) plus the least slowest sync over real splits
+        n_s >= 1, max(max_g (d_g + g_g), (L + sum_g c_g d_g / g_g) / sum_g c_g / g_g)
+        (fill_drain_sync_s' first level). The least over v, the scenarios' aggregate, the least
+        over b and the factor as combos. Without search.idle_gpus only (there c_g is a least
+        count), through two groups or more (the syncs are read at pp > 1). Read only for the
+        choices it may prune (_can_rise); 0 for the others."""
+        k = np.asarray(keep, np.int64)
+        out = np.zeros(len(k))  # (no bound: the caller's stands)
+        read = self._can_rise(terms, k, can_win)
+        if len(read):
+            *_, pipeline, least_sync = self._sync_rows(fam, k[read], terms)
+            out[read] = self._per_b(terms, k[read], pipeline + least_sync).min(axis=1)
+        return out
+
+    def reads_syncs(self, fam) -> bool:
+        """Whether the tp choices of `fam` read their syncs (apart_choices, joint_keys): a
+        stage family's through two groups or more, where the space runs v = 1 alone and no
+        idle GPUs (the syncs raise the v = 1 term only; on the 4 x 16 row, which interleaves,
+        reading them cost 3-8 s of CPU and pruned nothing the layouts' keys do not)."""
+        return (isinstance(fam, StageFamily) and len(fam.used) > 1 and self.v_max < 2
+                and not self.inst.search.idle_gpus)
+
+    def _can_rise(self, terms: tuple, k: np.ndarray, can_win) -> np.ndarray:
+        """The positions in `k` (choices of combos' order) whose bound with their v = 1 term
+        raised without end cannot win (`can_win`): the others' sync, which only raises that
+        term, cannot prune them (where the space interleaves, their v > 1 term holds: the 4 x
+        16 row, where reading every opened choice's syncs cost 14 s of CPU for nothing)."""
+        C, nb, ns = len(k), len(self.mbs), len(self.idx)
+        top = self._per_b(terms, k, np.full((C, nb, ns), np.inf)).min(axis=1)
+        return np.setdiff1d(np.arange(C), _winning(top, can_win))
+
+    def joint_keys(self, fam: StageFamily, indices: list[int], can_win) -> np.ndarray:
+        """The bound of each tp choice of `indices` (tp_choices' order) read as choices reads
+        it (combos without the slowest stage with forced recompute, which the choice's key
+        may hold: the caller keeps the larger; fill_drain_choices, apart_choices), and then, for each (choice, b) whose
+        bound can still win (`can_win`), with its pipeline and slowest sync read together:
+        fill_drain.fill_drain_sync_s of its stages (apart_choices' floors and syncs), the least
+        over integer splits of (m - 1) max_s n_s f_s + sum_s n_s f_s + max_s (d_s + n_s g_s),
+        at most each configuration's time at v = 1 by apart_choices' argument, as
+        layouts._joint_rows reads a listed layout's (the split that balances the pipeline piles
+        layers on the fastest groups, whose syncs then lead: issue 33, 8 types x 8 nodes). It
+        costs about 2 ms a choice, so the search reads it as it pops a choice
+        (search._Search._open_family), not for every choice of an opened family. Without
+        search.idle_gpus only, through two groups or more; inf where the choice holds no
+        configuration."""
+        pos = self._positions(fam, indices)
+        # (the slowest stage with forced recompute not read: the choice's own key may hold it;
+        # read per popped choice it was 15% of the 4 x 16 row's CPU)
+        _, bounds, terms = self._combos(fam, only=pos, recompute=False)
+        k = np.arange(len(pos))
+        L = self.inst.model.layers
+        bounds = np.maximum(bounds, self.fill_drain_choices(fam, k.tolist(), terms))
+        if not len(self._can_rise(terms, k, can_win)):  # (none it may prune)
+            return bounds
+        t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms)
+        apart = pipeline + least_sync
+        got = self._per_b(terms, k, apart)
+        bounds = np.maximum(bounds, got.min(axis=1))
+        # the (choice, b) that can still win apart, but not with their v = 1 term raised
+        # without end (_can_rise); none without a bar (there it prunes nothing)
+        top = self._per_b(terms, k, np.full(apart.shape, np.inf)).ravel()
+        rows = (np.setdiff1d(_winning(got.ravel(), can_win), _winning(top, can_win))
+                if not can_win(np.inf) else [])
+        if len(rows):
+            nb, ns = got.shape[1], len(self.idx)
+            ci, bi = np.unravel_index(rows, got.shape)
+            pick = ((ci[:, None] * nb + bi[:, None]) * ns + np.arange(ns)[None, :]).ravel()  # their rows
+            j = fill_drain_sync_s(np.zeros((len(pick), t.shape[1])), t[pick], count[pick], L, m[pick], None,
+                                  d_[pick], g_[pick], np.ones(len(pick))).reshape(len(rows), ns)
+            apart[ci, bi] = np.maximum(apart[ci, bi], j)
+            bounds = np.maximum(bounds, self._per_b(terms, k, apart).min(axis=1))
+        return bounds
+
+    def _positions(self, fam: StageFamily, indices: list[int]) -> np.ndarray:
+        """The positions in the family's grid (combos' order) of its tp choices `indices`
+        (tp_choices' order: the product of each group's tp_values)."""
+        values = [self.group_tps.get(g) or self.group_tps.setdefault(g, tp_values(self.inst, (g,))) for g in fam.used]
+        at = np.unravel_index(np.asarray(indices, np.int64), [len(v) for v in values])
+        where = [np.array([dict((i, p) for p, (i, _) in enumerate(fam.tps[x])).get(i, -1) for i in range(len(values[x]))])
+                 for x in range(len(fam.used))]
+        return np.ravel_multi_index(tuple(where[x][at[x]] for x in range(len(fam.used))),
+                                    [len(x) for x in fam.tps])
 
     def _stage_refused(self, fam: StageFamily, grid: np.ndarray, stages: np.ndarray) -> np.ndarray:
         """Per tp choice of the grid (groups, choices), whether no order of its pipeline fits
@@ -579,6 +771,9 @@ class FamilyBounds:
             bounds = bounds.copy()
             bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep.tolist(), terms))
             keep = keep[_winning(bounds[keep], can_win)]
+            if len(keep) and self.reads_syncs(fam):
+                bounds[keep] = np.maximum(bounds[keep], self.apart_choices(fam, keep.tolist(), terms, can_win))
+                keep = keep[_winning(bounds[keep], can_win)]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
