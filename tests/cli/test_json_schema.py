@@ -69,6 +69,13 @@ def test_simulate(capsys, plan_file):
     check(run_json(capsys, ["simulate", TINY, "--plan", plan_file, "--json"]), "simulate")
 
 
+def test_simulate_plan_file_alone(capsys, plan_file):
+    """`plan -o` writes the plan with its instance, so the plan file alone is a simulate
+    command's INSTANCE and plan: the same output as naming both."""
+    both = run_json(capsys, ["simulate", TINY, "--plan", plan_file, "--json"])
+    assert run_json(capsys, ["simulate", plan_file, "--json"]) == both
+
+
 def test_simulate_mixed_cluster(capsys, mixed_plan_file):
     out = run_json(capsys, ["simulate", MIXED, "--plan", mixed_plan_file, "--json"])
     check(out, "simulate")
