@@ -211,17 +211,11 @@ PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 BUNDLED_FILES = (PUBLISHED_DIR / "published.yaml", PUBLISHED_DIR / "published-fp8.yaml")
 
 
-def load_published(paths: list[str] | None = None) -> list[dict]:
-    """The rows of `paths` (each checked by load_rows), or of both bundled files when None:
-    those are read once per process (a plan's trust lines read them twice otherwise, 0.6 s
-    each) and parsed once per installation (_checked_rows), and their rows are shared, so
-    callers copy a row before changing it."""
-    if not paths:
-        return list(_bundled_rows())
-    rows: list[dict] = []
-    for path in paths:
-        rows.extend(load_rows(path))
-    return rows
+def load_published() -> list[dict]:
+    """The rows of both bundled files (each checked by load_rows): read once per process (a
+    plan's trust lines read them twice otherwise, 0.6 s each) and parsed once per installation
+    (_checked_rows), and their rows are shared, so callers copy a row before changing it."""
+    return list(_bundled_rows())
 
 
 @lru_cache(maxsize=1)

@@ -230,14 +230,13 @@ def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
                              layers=n + n[mi], recompute_layers=r + r[mi])
 
 
-def device_categories_bytes(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
-                            reserve_bytes: float = 0.0) -> list[dict[str, float]]:
+def device_categories_bytes(inst: Instance, plan: Plan, reserve_bytes: float = 0.0) -> list[dict[str, float]]:
     """Per device, bytes per category of cost/memory_breakdown.CATEGORIES (`paraplan memory`
     of a DualPipe job): both stages' state, buffers and logits, the runtime once, and the
     activations of in_flight_pairs' micro-batches; they sum to iteration().mem_bytes."""
     from paraplan.cost.memory_breakdown import CATEGORIES, stage_categories_bytes
 
-    it = iteration(inst, plan, net, reserve_bytes)
+    it = iteration(inst, plan, reserve_bytes=reserve_bytes)
     c = it.coeffs
     stages = stage_categories_bytes(inst, plan, c)
     pp = plan.pp

@@ -112,17 +112,20 @@ COST_FREE_KEYS = frozenset({
 DESCRIBE_IN_YAML = "or describe the model under 'model:' in the instance YAML"
 
 
-def shown(value: Any, max_chars: int = 60) -> str:
+SHOWN_MAX_CHARS = 60  # a message's value, at most
+
+
+def shown(value: Any) -> str:
     """`value` for a one-line message: a short repr of a scalar (control and line-break
     characters escaped), only the kind of a container, whose repr may be huge or nested."""
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
         return "a list"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**max_chars:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**SHOWN_MAX_CHARS:
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     text = repr(value)
-    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+    return text if len(text) <= SHOWN_MAX_CHARS else text[:SHOWN_MAX_CHARS - 3] + "..."
 
 
 def key_text(key: Any) -> str:

@@ -224,10 +224,9 @@ class HeadToHead:
         return self.paraplan_tflops_per_gpu[0] > self.paraplan_tflops_per_gpu[1]
 
 
-def head_to_heads(prices: list[AnchorPrice], rows: list[dict] | None = None,
-                  min_rel_diff: float = RANK_MIN_REL_DIFF) -> list[HeadToHead]:
+def head_to_heads(prices: list[AnchorPrice], rows: list[dict] | None = None) -> list[HeadToHead]:
     """Every pair of priced anchors of one published table (published_table), neither bound by
-    host-side work, whose published TFLOP/s per GPU differ by more than min_rel_diff (as the
+    host-side work, whose published TFLOP/s per GPU differ by more than RANK_MIN_REL_DIFF (as the
     dense rows' ranking pairs), in file order."""
     by_id = {r["id"]: r for r in (anchor_rows() if rows is None else rows)}
     tables: dict[tuple, list[AnchorPrice]] = {}
@@ -239,7 +238,7 @@ def head_to_heads(prices: list[AnchorPrice], rows: list[dict] | None = None,
         for i, a in enumerate(members):
             for b in members[i + 1:]:
                 fast, slow = (a, b) if a.published_tflops_per_gpu >= b.published_tflops_per_gpu else (b, a)
-                if fast.published_tflops_per_gpu / slow.published_tflops_per_gpu - 1 <= min_rel_diff:
+                if fast.published_tflops_per_gpu / slow.published_tflops_per_gpu - 1 <= RANK_MIN_REL_DIFF:
                     continue
                 out.append(HeadToHead(fast.id, slow.id,
                                       (fast.published_tflops_per_gpu, slow.published_tflops_per_gpu),

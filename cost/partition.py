@@ -473,11 +473,10 @@ class LayerTable:
     pair_hidden: dict[tuple[str, str], np.ndarray]
 
 
-def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency,
-                spatial_temporal: bool = True) -> LayerTable:
+def layer_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTable:
     ctx = LayerContext(inst, o, site, net)
     t = o.tp
-    st = spatial_temporal and spatial_temporal_allowed(o)
+    st = spatial_temporal_allowed(o)
     links = group_links(inst, o, site)
     dims = op_dims(inst)
     cands = {op: tuple(op_candidates(t, st)) for op in LINEAR_OPS}

@@ -1165,12 +1165,6 @@ class Cluster:
     def num_gpus(self) -> int:
         return sum(x.num_gpus for x in self.groups)
 
-    def index(self, name: str) -> int:
-        for i, x in enumerate(self.groups):
-            if x.name == name:
-                return i
-        raise ConfigError(f"no node group named {name!r}")
-
     @classmethod
     def of(cls, group: NodeGroup) -> "Cluster":
         """The one-group cluster of `group` (what a flat instance file writes)."""

@@ -120,15 +120,14 @@ def memory_base(inst: Instance, o: Outer, where: list[int], tps: list[int], hbm_
 
 
 def stage_memory(inst: Instance, o: Outer, terms: list, where: list[int], tps: list[int],
-                 hbm_bytes: list[float], dp_n: int, inflight: np.ndarray, reserve_bytes: float = 0.0,
-                 dense_terms=None) -> StageMemory:
-    """The memory coefficients of `o` (pp stages). `terms`: the layer's LayerTerms on each
-    distinct site, `tps` and `hbm_bytes` that site's tp and GPU memory; `where[s]`: stage s's
-    site among them; `dp_n`: the gradient ring's ranks (Placement.dp_ranks); `inflight`: the
-    micro-batches each stage holds at its peak; `dense_terms`: an MoE model's dense prefix
-    layer on the first stage's site (None: none)."""
+                 hbm_bytes: list[float], dp_n: int, inflight: np.ndarray, reserve_bytes: float = 0.0) -> StageMemory:
+    """The memory coefficients of `o` (pp stages), without an MoE model's dense prefix layer
+    (plan_memory's dense_terms). `terms`: the layer's LayerTerms on each distinct site, `tps`
+    and `hbm_bytes` that site's tp and GPU memory; `where[s]`: stage s's site among them;
+    `dp_n`: the gradient ring's ranks (Placement.dp_ranks); `inflight`: the micro-batches each
+    stage holds at its peak."""
     base = memory_base(inst, o, where, tps, hbm_bytes, dp_n, inflight, reserve_bytes)
-    return plan_memory(inst, o, base, terms, dp_n, dense_terms)
+    return plan_memory(inst, o, base, terms, dp_n, None)
 
 
 def _layer_state(inst: Instance, base: MemoryBase, terms: list) -> np.ndarray:

@@ -34,8 +34,7 @@ class SchedulePrice:
     fits: bool
 
 
-def schedule_prices(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
-                    reserve_bytes: float = 0.0) -> list[SchedulePrice]:
+def schedule_prices(inst: Instance, plan: Plan, reserve_bytes: float = 0.0) -> list[SchedulePrice]:
     """Every TorchSchedule torch runs for the plan (none without a pipeline), in enum order."""
     m, v, pp = plan.num_micro_batches, plan.virtual_stages, plan.pp
     # a V places decoder layers only (solver/export/common.model_chunks: torch's schedules count
@@ -47,7 +46,7 @@ def schedule_prices(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficien
     r = np.array(plan.full_recompute_layers, float)
     out = []
     for kind in kinds:
-        c = build(inst, replace(plan.flat_outer, zero_bubble=kind.mode), net, reserve_bytes,
+        c = build(inst, replace(plan.flat_outer, zero_bubble=kind.mode), NetEfficiency(), reserve_bytes,
                   layer_fn=plan_layer_fn(plan.partitions))
         mem = schedule.stage_mem_bytes(c, n, r)
         worst = int(np.argmax(mem / c.capacity_bytes))

@@ -180,10 +180,10 @@ def _nice_step(span: float, target_ticks: int = 8) -> float:
 
 
 def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s: float,
-              title: str, row_labels: list[str] | None = None, compact: bool = True) -> tuple[str, Cut | None]:
+              title: str, row_labels: list[str] | None = None) -> tuple[str, Cut | None]:
     """One iteration as an SVG string, and the steady-state cut it made (None: none)."""
     span = max(max((e.end_s for e in events), default=0.0), objective_s)
-    cut = compact_steady_state(events, pp, m, v) if compact else None
+    cut = compact_steady_state(events, pp, m, v)
     width = chart_width_px(events, span, cut)
     ax = _Axis(span, cut, width)
     top = TOP_PX + (BRACKET_PX if cut else 0)

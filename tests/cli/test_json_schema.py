@@ -69,6 +69,13 @@ def test_simulate(capsys, plan_file):
     check(run_json(capsys, ["simulate", TINY, "--plan", plan_file, "--json"]), "simulate")
 
 
+def test_simulate_plan_file_alone(capsys, plan_file):
+    """`plan -o` writes the plan with its instance, so the plan file alone is a simulate
+    command's INSTANCE and plan: the same output as naming both."""
+    both = run_json(capsys, ["simulate", TINY, "--plan", plan_file, "--json"])
+    assert run_json(capsys, ["simulate", plan_file, "--json"]) == both
+
+
 def test_simulate_mixed_cluster(capsys, mixed_plan_file):
     out = run_json(capsys, ["simulate", MIXED, "--plan", mixed_plan_file, "--json"])
     check(out, "simulate")
@@ -186,3 +193,18 @@ def test_one_breakdown_shape_on_every_cluster(capsys, plan_file):
     # a flat plan is one class on its one group, every GPU used
     assert len(flat["classes"]) == 1 and flat["idle_gpus"] == 0
     assert len({st["group"] for st in flat["stages"]}) == 1
+
+
+def test_schema_printout(capsys):
+    """`python -m paraplan.solver.commands.schema`, where every --json help points: a section
+    per command, and in it each of the command's required top-level fields at the margin."""
+    import runpy
+    import warnings
+    with warnings.catch_warnings():  # the module is already imported by this file
+        warnings.simplefilter("ignore", RuntimeWarning)
+        runpy.run_module("paraplan.solver.commands.schema", run_name="__main__")
+    sections = dict(part.split("\n", 1) for part in capsys.readouterr().out.split("## ")[1:])
+    assert set(sections) == set(SCHEMAS)
+    for name, spec in SCHEMAS.items():
+        lines = sections[name].splitlines()
+        assert {line.split(":")[0] for line in lines if line and not line.startswith(" ")} >= set(spec), name

@@ -104,6 +104,13 @@ def test_sensitivity_is_the_same_with_the_options(capsys):
     plain, idle = ([(c["parameter"], c["end"], c["value"], c["stays_optimal"]) for c in r["cases"]]
                    for r in runs)
     assert plain == idle and len(plain) == 8 and runs[0]["robust"] == runs[1]["robust"]
+    # the text form prints the same cases, one line each, and the same verdict
+    assert main(["plan", TINY, "--sensitivity", "--quiet"]) == 0
+    text = capsys.readouterr().out.split("\nsensitivity (")[1].splitlines()[1:]
+    assert [line.split(" (")[0].strip() for line in text[:-1]] == [f"{p} {e}" for p, e, _, _ in plain]
+    assert [line.endswith("the plan stays optimal") for line in text[:-1]] == [x for *_, x in plain]
+    assert text[-1] == ("the optimum is robust to these parameters" if runs[0]["robust"]
+                        else "the optimum depends on these parameters (see above)")
 
 
 def test_top_ranks_the_group_format_plans_too(capsys):

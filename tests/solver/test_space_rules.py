@@ -236,3 +236,16 @@ def test_unfused_attention_has_no_context_parallelism(tmp_path):
     with pytest.raises(InstanceError) as info:
         load_instance(path)
     assert info.value.field == "search.cp" and "attention: flash" in str(info.value)
+
+
+def test_pp_beyond_the_layers_is_refused_on_node_groups_too(tmp_path):
+    # the several-group row of SEARCH_RULES' pp (_group_pp_rule): tiny-2types' model has 8
+    # layers (its model section), so a listed pp of 16 leaves a stage without a layer
+    path = Path(__file__).resolve().parents[2] / "instances" / "mixed" / "tiny-2types.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["model"]["layers"] == 8
+    out = tmp_path / "inst.yaml"
+    out.write_text(yaml.safe_dump(dict(data, search=dict(data.get("search") or {}, pp=[2, 16]))))
+    with pytest.raises(InstanceError) as info:
+        load_instance(out)
+    assert info.value.field == "search.pp" and "pp=16 stages exceed the model's 8 layers" in str(info.value)
