@@ -158,6 +158,17 @@ def objective_time_s(inst: Instance, plan: Plan, cluster=None) -> float:
     return simulate(inst, plan, cluster=cluster).iter_time_s * objective_factor_of(plan_tier(inst, plan), plan)
 
 
+class NoTimelinePlan(Exception):
+    """No scenario's search returned a plan, so there is no candidate to choose from: every
+    scenario proved infeasible (`status` "infeasible"), or the time limit stopped a search
+    before any plan ("timeout")."""
+
+    def __init__(self, status: str, solve_time_s: float):
+        super().__init__(status)
+        self.status = status
+        self.solve_time_s = solve_time_s
+
+
 def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
                   progress=None) -> TimelineResult:
     from paraplan.formulations.timeline import timeline_iterations
@@ -223,6 +234,9 @@ def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 
         complete = complete and found_all
         for c in plans:
             add(c, "extreme point of the scenarios' times")
+    if not cands:  # the selection MILP needs a candidate (formulations/timeline.choose_plans)
+        proved = all(optimum[s].status == "infeasible" for s in used)
+        raise NoTimelinePlan("infeasible" if proved else "timeout", time.perf_counter() - t0)
     n_scen = len(inst.scenarios)
     times = [[objective_time_s(inst, c, inst.scenarios[s].cluster) if s in used else float("inf")
               for s in range(n_scen)] for c in cands]

@@ -149,8 +149,8 @@ def _show_replan(args, inst, r, trusts) -> int:
 
 
 def cmd_timeline(args) -> int:
-    from paraplan.solver.dynamic import plan_timeline
     from paraplan.solver.commands.inputs import read_instance
+    from paraplan.solver.dynamic import NoTimelinePlan, plan_timeline
 
     inst = read_instance(args)
     if not inst.written_as_groups:
@@ -164,6 +164,8 @@ def cmd_timeline(args) -> int:
         r = plan_timeline(inst, args.backend, args.time_limit_s, progress=log)
     except ConfigError as e:
         raise InstanceError(inst.source, "timeline", str(e), "check the timeline's scenarios")
+    except NoTimelinePlan as e:
+        return _no_timeline_plan(args, e)
     ch = r.choice
     runs = _period_runs(inst, r)
     periods = [[str(i + 1), inst.scenarios[p.scenario].name, f"{p.duration_s / 3600:.1f} h",
@@ -206,6 +208,21 @@ def cmd_timeline(args) -> int:
     for i, (lab, c) in enumerate(zip(r.candidate_labels, r.candidates)):
         print(f"\nplan #{i + 1} ({lab}):\n  " + "\n  ".join(plan_lines(c, inst)))
     return 0
+
+
+def _no_timeline_plan(args, e) -> int:
+    """`timeline` when no scenario's search returned a plan (solver/dynamic.NoTimelinePlan):
+    the status and the reason, and the planning commands' exit status for it."""
+    from paraplan.solver.commands.exit_codes import status_code
+
+    if args.json:
+        emit_json({"status": e.status, "solve_time_s": e.solve_time_s})
+    elif e.status == "infeasible":
+        print("status      INFEASIBLE: no plan in the declared space fits any scenario of the timeline")
+    else:
+        print(f"status      TIMEOUT: the time limit ({args.time_limit_s:g} s) stopped every scenario's"
+              f" search before any plan; raise --time-limit-s")
+    return status_code(e.status)
 
 
 def _period_runs(inst, r) -> list[tuple[float, list | None]]:

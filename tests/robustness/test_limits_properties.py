@@ -130,12 +130,34 @@ def test_verify_says_what_it_compared(capsys):
 
 
 def test_timeline_under_a_tiny_limit_is_not_optimal(capsys):
+    """0.01 s leaves the scenarios' searches a plan without a proof, or (on a loaded machine)
+    no plan at all: never "optimal", and the exit status the planning commands give that
+    status (solver/commands/exit_codes.status_code: a plan 0, none within the limit 3)."""
     import json
     code = cli.main(["timeline", str(ROOT / "instances" / "mixed" / "llama3-8b-dynamic.yaml"),
                      "--time-limit-s", "0.01", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 0
-    assert out["status"] == "feasible"
+    assert out["status"] in ("feasible", "timeout")
+    assert code == (0 if out["status"] == "feasible" else 3)
+
+
+@pytest.mark.parametrize("status,code", [("timeout", 3), ("infeasible", 4)])
+def test_timeline_without_any_plan_says_why(monkeypatch, capsys, status, code):
+    """Every scenario's search returning no plan (stopped by the limit, or proved infeasible)
+    left the selection MILP no candidate: it raised ValueError from choose_plans as a traceback.
+    Now `timeline` reports the status with exit 3 (timeout) or 4 (every scenario infeasible),
+    as `plan` does (exit_codes.EXIT_STATUSES)."""
+    import json
+    from types import SimpleNamespace
+
+    from paraplan.solver import dynamic
+    monkeypatch.setattr(dynamic, "search", lambda *a, **k: SimpleNamespace(
+        status=status, plan=None, objective_s=None, bound_s=None))
+    path = str(ROOT / "instances" / "mixed" / "llama3-8b-dynamic.yaml")
+    assert cli.main(["timeline", path, "--json"]) == code
+    assert json.loads(capsys.readouterr().out)["status"] == status
+    assert cli.main(["timeline", path]) == code
+    assert status.upper() in capsys.readouterr().out
 
 
 def _deep_cases():
