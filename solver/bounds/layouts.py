@@ -505,9 +505,10 @@ def _chunk_terms(t: np.ndarray, h: np.ndarray, L: int, v: int, modes: list) -> t
     n'_s - o_s >= 0, so its own terms are at least these, as in one_class.slot_relaxation). So
         A_v = min over splits into k_s >= 1 chunks, sum_s k_s = L' / v, of max_s (a'_s + v k_s t_s)
         S_v = sum_s a'_s + v sum_s t_s + (L' - pp v) min_s t_s
-    are at most its slowest stage and its stages' sum; and at least A and S (each stage holds
-    a multiple of v layers, at least v: the deeper the interleaving, the more layers the slow
-    stages must hold). 0 (no bound) where pp v > L'."""
+    are at most its slowest stage and its stages' sum; without slots at least A and S (each
+    stage holds a multiple of v layers, at least v: the deeper the interleaving, the more layers
+    the slow stages must hold; callers take the larger of the two readings). 0 (no bound) where
+    pp v > L'."""
     R, n, pp = t.shape
     A, S = np.full((R, n), np.inf), np.full((R, n), np.inf)
     for e, l in dict.fromkeys(x for ms in modes for x in ms):
