@@ -701,7 +701,8 @@ def _chunk_syncs(items: list, blk: np.ndarray, zs: list, vs: list, layers: int) 
         d[:, 0] -= e * g[:, 0]
         d[:, -1] -= l * g[:, -1]
         slots = layers + e + l
-        got = (np.zeros(len(g)) if pp * v > slots else
+        # (v = 1 without slots: _least_sync_split's own reading, not repeated)
+        got = (np.zeros(len(g)) if pp * v > slots or slots == layers and v == 1 else
                (d + balanced_splits(d, g, slots, v) * g).max(axis=1))
         np.minimum.at(out, np.array(rows, np.int64), got.reshape(len(rows), n))
     return out
