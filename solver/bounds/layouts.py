@@ -203,7 +203,13 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     stage and v, a term of its value that the bound before pricing leaves out: it enters
     batched.relaxed_s as its D and adds to J, both lowered by TIE_MARGIN as J is (and J and
     the syncs are read together too, fill_drain.fill_drain_sync_s: _joint_rows), and the
-    bound of that ZeRO stage takes its own quantile factor, not the least of the block's. The block's
+    bound of that ZeRO stage takes its own quantile factor, not the least of the block's. There
+    A, S and D are each also read in chunks of v (_chunk_terms, _chunk_syncs: an interleaved
+    stage holds a multiple of v layers, at least v), the larger reading taken, and the joint
+    reading runs over splits in chunks of v: on the 4 types x 16 nodes row the configurations
+    left to the bound that reads memory were mostly interleaved (v = 2 to 10), and it read
+    their chunks (issue 33: 20,267 of them reached it, 2,419 now). The keys (read without the
+    syncs) stay those in layers, so the search's order is unchanged. The block's
     bound is the least over its (ZeRO stage, v); `per_mode` keeps each one under
     (block index, ZeRO stage, v): the bound of that block's configurations of that ZeRO stage
     and v (ZeRO-1's reduce-scatter and all-gather take less than ZeRO-0's all-reduce, so a
@@ -353,8 +359,17 @@ def _pair_bounds(best: np.ndarray, factor: np.ndarray, kept: list, items: list, 
     D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(blk.tolist(), zs, vs)]),
                           np.stack([items[k][5][z, v][1] for k, z, v in zip(blk.tolist(), zs, vs)]),
                           np.array([v in items[k][6] for k, v in zip(blk.tolist(), vs)], bool), L)
+    # each of D, A and S the larger of its readings in layers and in chunks of v (_chunk_syncs,
+    # _chunk_terms): both bound each configuration of the pair
+    D = np.maximum(D, _chunk_syncs(items, blk, zs, vs, L))
     A = np.stack([kept[k][0] for k in blk.tolist()])
     S = np.stack([kept[k][1] for k in blk.tolist()])
+    for v in set(vs):
+        rows = np.flatnonzero(np.array(vs) == v)
+        ks = blk[rows].tolist()
+        Av, Sv = _chunk_terms(np.stack([kept[k][4] for k in ks]), np.stack([kept[k][5] for k in ks]), L, v,
+                              [_slot_modes(items[k][1].tally.vslots, v) for k in ks])
+        A[rows], S[rows] = np.maximum(A[rows], Av), np.maximum(S[rows], Sv)
     bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in blk.tolist()]),
                    _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in blk.tolist()]),
                    _column(vs), False) * (1 - TIE_MARGIN)
@@ -474,12 +489,53 @@ def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: li
         at += len(rows)
 
 
+def _slot_modes(vslots: tuple, v: int) -> tuple:
+    """The (embedding slot, loss slot) flags a block's configurations of this v run (the
+    block's Tally.vslots), each as 0 / 1."""
+    return tuple(dict.fromkeys((int(e), int(l)) for w, e, l in vslots if w == v))
+
+
+def _chunk_terms(t: np.ndarray, h: np.ndarray, L: int, v: int, modes: list) -> tuple[np.ndarray, np.ndarray]:
+    """(A_v, S_v), each (rows, scenarios): A and S of stage_bound_rows read in chunks of v, the
+    least over each row's slot modes (`modes`, per row its (e, l) flags of this v). A
+    configuration of this v with slots (e, l) splits L' = L + e + l layer slots into chunks of
+    v, stage s holding n'_s = v k_s >= v of them, n'_s - o_s decoder layers (o_s the slots it
+    holds: cost/pipeline_split.slot_offsets), at a time of at least a'_s + n'_s t_s with
+    a'_0 = -e t_0, a'_last = h - l t_last (its floors are >= t_s, its output layer >= h and
+    n'_s - o_s >= 0, so its own terms are at least these, as in one_class.slot_relaxation). So
+        A_v = min over splits into k_s >= 1 chunks, sum_s k_s = L' / v, of max_s (a'_s + v k_s t_s)
+        S_v = sum_s a'_s + v sum_s t_s + (L' - pp v) min_s t_s
+    are at most its slowest stage and its stages' sum; without slots at least A and S (each
+    stage holds a multiple of v layers, at least v: the deeper the interleaving, the more layers
+    the slow stages must hold; callers take the larger of the two readings). 0 (no bound) where
+    pp v > L'."""
+    R, n, pp = t.shape
+    A, S = np.full((R, n), np.inf), np.full((R, n), np.inf)
+    for e, l in dict.fromkeys(x for ms in modes for x in ms):
+        rows = np.array([r for r, ms in enumerate(modes) if (e, l) in ms], np.int64)
+        tt = t[rows].reshape(-1, pp)
+        a = np.zeros_like(tt)
+        a[:, -1] = h[rows].reshape(-1)
+        a[:, 0] -= e * tt[:, 0]
+        a[:, -1] -= l * tt[:, -1]
+        slots = L + e + l
+        if pp * v > slots:
+            got_a = got_s = np.zeros(len(tt))
+        else:
+            got_a = (a + balanced_splits(a, tt, slots, v) * tt).max(axis=1)
+            got_s = a.sum(axis=1) + v * tt.sum(axis=1) + (v * (slots // v) - pp * v) * tt.min(axis=1)
+        np.minimum.at(A, rows, got_a.reshape(len(rows), n))
+        np.minimum.at(S, rows, got_s.reshape(len(rows), n))
+    return A, S
+
+
 def _joint_rows(items: list, kept: list, blk: np.ndarray, zs: list, vs: list, read: np.ndarray, pp: int,
                 L: int, fd: np.ndarray) -> np.ndarray:
     """(rows, scenarios): per row of _pp_bounds' (ZeRO stage, v) pairs (block blk[r] of `items`,
     ZeRO stage zs[r], v vs[r]), fill_drain.fill_drain_sync_s of its floors, output layer and
     least syncs: the pipeline's slowest stage, its stages' sum and its slowest sync read together
-    (J_v(n) + max_s (d_s + n_s g_s), the least over integer splits n_s >= 1), lowered by
+    (J_v(n) + max_s (d_s + n_s g_s), the least over splits in chunks of v, n_s = v k_s with
+    k_s >= 1), lowered by
     TIE_MARGIN; 0 (no bound) where `read` (rows, scenarios) is False: fill_drain is read only
     where it is (the v whose configurations run no embedding / loss slot, through several
     groups). Read apart (fd + D) the two leave out that the split balancing the pipeline piles
@@ -489,8 +545,10 @@ def _joint_rows(items: list, kept: list, blk: np.ndarray, zs: list, vs: list, re
     stages before the last: its value is at least J_v(n) + max_s D_s of its own split n (the
     sum fd + D reads: T_s >= a_s + n_s t_s, D_s >= d_s + n_s g_s, with t_s, h, g_s, d_s the least
     over the block's flags, as fd and D read them: stage_bound_rows), its split is one of those
-    the least runs over (chunks of v hold n_s >= v >= 1 layers), and a larger term gives no
-    smaller value. The stages enter as kinds: per group of the stages before the last one kind
+    the least runs over (a configuration of this v that runs no embedding / loss slot holds
+    chunks of v layers on each stage: fill_drain_sync_s reads chunks as layers of floor v t_s
+    and sync v g_s, L / v of them, at v m micro-batches), and a larger term gives no smaller
+    value. The stages enter as kinds: per group of the stages before the last one kind
     of its count (its stages share floors and syncs: both are per group), in sorted group order,
     and the last stage its own kind (a = h): so the bound is the same for every order the
     representative stands for. Rows are priced per count of kinds, so no row is padded with
@@ -501,7 +559,7 @@ def _joint_rows(items: list, kept: list, blk: np.ndarray, zs: list, vs: list, re
     if not len(rows):
         return out
     n = read.shape[1]
-    by_k: dict[int, list] = defaultdict(list)
+    by_k: dict[tuple, list] = defaultdict(list)  # (kinds, chunks) -> rows
     for r in rows.tolist():
         k = int(blk[r])
         groups = items[k][1].classes[0].stage_groups
@@ -514,19 +572,22 @@ def _joint_rows(items: list, kept: list, blk: np.ndarray, zs: list, vs: list, re
         a = np.zeros((n, len(cols)))
         a[:, -1] = h
         m = max(items[k][4] / items[k][3], 1.0)
-        by_k[len(cols)].append((r, a, t[:, cols], np.tile(count, (n, 1)), d_[:, cols], g_[:, cols], m, vs[r],
-                                fd[r]))
-    for got in by_k.values():
+        # in chunks of v layers, as fd (_keep_terms): a stage of k chunks takes a_s + k (v t_s)
+        # and syncs d_s + k (v g_s)
+        by_k[len(cols), L // vs[r]].append((r, a, t[:, cols] * vs[r], np.tile(count, (n, 1)), d_[:, cols],
+                                            g_[:, cols] * vs[r], m, vs[r], fd[r]))
+    for (_, chunks), got in by_k.items():
         a, t, count, d, g = (np.concatenate([x[i] for x in got]) for i in range(1, 6))
         v = np.repeat(np.array([float(x[7]) for x in got]), n)
         m = np.repeat(np.array([x[6] for x in got]), n)
-        caps = np.full(t.shape, float(L - pp + 1))
-        # fill_drain_sync_s reads its pipeline_s only as a bound of the least J over these splits
-        # (the tail's and the levels' skip): fd's J is one (the same least, its stages grouped
-        # into other kinds), read back from fd rather than priced again (fd v / (1 - TIE_MARGIN):
-        # a few ulps off, far inside the TIE_MARGIN the result is lowered by)
+        caps = np.full(t.shape, float(chunks - pp + 1))
+        # fill_drain_sync_s reads its pipeline_s only as a lower bound of the least J over these
+        # splits (the tail's and the levels' skip): fd's J is one (the least over splits of
+        # single layers, at most the least in chunks, its stages grouped into other kinds), read
+        # back from fd rather than priced again (fd v / (1 - TIE_MARGIN): a few ulps off, far
+        # inside the TIE_MARGIN the result is lowered by)
         free = np.concatenate([x[8] for x in got]) / (1 - TIE_MARGIN) * v
-        j = fill_drain.fill_drain_sync_s(a, t, count, L, v * m, caps, d, g, v, free)
+        j = fill_drain.fill_drain_sync_s(a, t, count, chunks, v * m, caps, d, g, v, free)
         j = np.where(np.isnan(j), 0.0, j).reshape(len(got), n)  # (-inf: no bound)
         out[[x[0] for x in got]] = np.where(read[[x[0] for x in got]], np.maximum(j, 0.0) * (1 - TIE_MARGIN), 0.0)
     return out
@@ -618,6 +679,32 @@ def _least_sync_split(g: np.ndarray, d: np.ndarray, slots: np.ndarray, layers: i
         rows = np.repeat(slots, n)
         a = df[rows] - gf[rows]
         out[slots] = (a + balanced_splits(a, gf[rows], layers + pp) * gf[rows]).max(axis=1).reshape(-1, n)
+    return out
+
+
+def _chunk_syncs(items: list, blk: np.ndarray, zs: list, vs: list, layers: int) -> np.ndarray:
+    """(rows, scenarios): per row of _pp_bounds' (ZeRO stage, v) pairs, the least over its
+    block's slot modes of that v (e, l) of min over splits in chunks of v of max_s (d'_s + n'_s
+    g_s), d'_s = d_s - o_s g_s over L + e + l layer slots (_chunk_terms' relaxation: the
+    configuration's stage s syncs at least d_s + (n'_s - o_s) g_s): at most its slowest sync,
+    and at least _least_sync_split's (chunks of one layer). 0 where pp v passes L + e + l."""
+    first = items[int(blk[0])][5][zs[0], vs[0]][0]
+    n, pp = first.shape
+    out = np.full((len(blk), n), np.inf)
+    groups: dict[tuple, list[int]] = defaultdict(list)  # (v, e, l) -> rows
+    for r, (k, v) in enumerate(zip(blk.tolist(), vs)):
+        for e, l in _slot_modes(items[k][1].tally.vslots, v):
+            groups[v, e, l].append(r)
+    for (v, e, l), rows in groups.items():
+        g = np.stack([items[int(blk[r])][5][zs[r], v][0] for r in rows]).reshape(-1, pp)
+        d = np.stack([items[int(blk[r])][5][zs[r], v][1] for r in rows]).reshape(-1, pp).copy()
+        d[:, 0] -= e * g[:, 0]
+        d[:, -1] -= l * g[:, -1]
+        slots = layers + e + l
+        # (v = 1 without slots: _least_sync_split's own reading, not repeated)
+        got = (np.zeros(len(g)) if pp * v > slots or slots == layers and v == 1 else
+               (d + balanced_splits(d, g, slots, v) * g).max(axis=1))
+        np.minimum.at(out, np.array(rows, np.int64), got.reshape(len(rows), n))
     return out
 
 

@@ -70,7 +70,7 @@ per-operator partitions; elsewhere 0 (no bound).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 import numpy as np
 
@@ -225,23 +225,58 @@ def _lone_joint_s(c: dict, layers: int, v: int, m: np.ndarray, allow_full_recomp
     as that is). Through one group the stages differ only in their end terms and memory, and
     the three apart lose little: callers read it through several groups only. Each row kept in
     `layer_memo` by its numbers (the configurations of other stage orders, recompute modes or
-    slots often give the same rows: about half of them on the 8-type row)."""
+    slots often give the same rows: about half of them on the 8-type row), at most
+    PER_CONFIGURATION_ENTRIES of them (_per_configuration)."""
     ckpt = c["layer_ckpt_bytes"] if allow_full_recompute else c["layer_act_bytes"]
     caps = max_layers_per_stage(c["layer_state_bytes"], c["layer_act_bytes"], ckpt, c["capacity_bytes"],
                                 c["stage_mem_bytes"], v, layers).astype(float)
     terms = (c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"], caps, c["stage_sync_time_s"],
              c["layer_sync_time_s"])
     row = np.concatenate([*terms, m[:, None]], axis=1)
-    keys = [("joint", layers, v, r.tobytes()) for r in row]
-    out = np.array([layer_memo.get(k, np.nan) for k in keys])
+    keys = [(layers, v, r.tobytes()) for r in row]
+    store = _per_configuration(layer_memo, "joint")
+    out = np.array([_recall(store, k, np.nan) for k in keys])
     todo = np.flatnonzero(np.isnan(out))
     if len(todo):
         got = pipeline_sync_bounds_s(*(x[todo] for x in terms), np.full(len(todo), float(v)), m[todo],
                                      layers) * (1 - PRICED_SAFETY)
         out[todo] = got
         for r, b in zip(todo.tolist(), got.tolist()):
-            layer_memo[keys[r]] = b
+            _keep(store, keys[r], b)
     return out
+
+
+# entries of each per-configuration kind (_per_configuration) a search keeps at most: the
+# least recently read go first. Their keys are a configuration's (the joint reading's a row of
+# a few hundred floats), so they grew with the search: the 8-type row's RSS rose from 0.67 to
+# 0.89 GiB over 120 s of CPU (issue 33); the reuse they serve is mostly among the configurations
+# of one layout, listed and bounded together
+PER_CONFIGURATION_ENTRIES = 16_384
+
+
+def _per_configuration(layer_memo: dict, kind: str) -> OrderedDict:
+    """The store of `kind` ("joint", "floor coefficients", "memory") in `layer_memo`: what this
+    module keeps per configuration, at most PER_CONFIGURATION_ENTRIES, least recently read
+    dropped first (_recall, _keep)."""
+    store = layer_memo.get(("per configuration", kind))
+    if store is None:
+        store = layer_memo["per configuration", kind] = OrderedDict()
+    return store
+
+
+def _recall(store: OrderedDict, key, default=None):
+    """store[key], marked as read last, or `default`."""
+    hit = store.get(key, default)
+    if hit is not default:
+        store.move_to_end(key)
+    return hit
+
+
+def _keep(store: OrderedDict, key, value) -> None:
+    """store[key] = value, dropping the least recently read past PER_CONFIGURATION_ENTRIES."""
+    store[key] = value
+    if len(store) > PER_CONFIGURATION_ENTRIES:
+        store.popitem(last=False)
 
 
 def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
@@ -265,7 +300,8 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
 def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
                         reserve: float) -> list[StageCoefficients]:
     """Per scenario of `idx`, _class_rows' coefficients of class k of `o` before the slot
-    relaxation, capped at the memory tier, kept in `layer_memo` by what they read: the stage
+    relaxation, capped at the memory tier, kept in `layer_memo` (_per_configuration: the most
+    recently read) by what they read: the stage
     memory's key (_stage_memory), the floors' (the layer's fields and each group's tp), the
     syncs' (sync_key: the replicas and, with several classes, the classes and every group's tp)
     and the memory tier;
@@ -274,10 +310,11 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
     c = o.classes[k]
     groups = sorted(set(c.stage_groups))
     mkey = _memory_key(o, co, c.stage_groups, groups)
-    key = ("floor coefficients", tuple(idx), k, *mkey, o.replicas,
+    key = (tuple(idx), k, *mkey, o.replicas,
            # several classes' rings join theirs, at each group's tp (sync_terms)
            None if len(o.classes) == 1 else (o.classes, o.tp, o.group_tp), inst.search.memory_fill_cap, reserve, slow)
-    hit = layer_memo.get(key)
+    store = _per_configuration(layer_memo, "floor coefficients")
+    hit = _recall(store, key)
     if hit is not None:
         return hit
     where = [groups.index(g) for g in c.stage_groups]
@@ -305,7 +342,7 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
             layer_act_bytes=mem.layer_act_bytes, layer_ckpt_bytes=mem.layer_ckpt_bytes,
             stage_mem_bytes=mem.stage_mem_bytes, capacity_bytes=mem.capacity_bytes, in_flight=inflight)
         out.append(capped_memory(c_floor, inst.search.memory_fill_cap, reserve))
-    layer_memo[key] = out
+    _keep(store, key, out)
     return out
 
 
@@ -321,16 +358,19 @@ def _memory_key(o, co, stage_groups: tuple, groups: list[int]) -> tuple:
 def _stage_memory(inst, o, co, mkey: tuple, groups: list[int], where: list[int], inflight: np.ndarray,
                   i: int, terms, reserve: float, layer_memo: dict):
     """cost/stage_memory.stage_memory of class `co` of outer `o` on scenario i (stage s on
-    groups[where[s]]; `terms(i, g)`: layer_terms), kept in `layer_memo` by what it reads
+    groups[where[s]]; `terms(i, g)`: layer_terms), kept in `layer_memo` (_per_configuration)
+    by what it reads
     (`mkey`: _memory_key): the configurations that differ only in their embedding / loss slots,
     or in what the floors and syncs read beside it, share one (issue 33)."""
-    key = ("memory", i, *mkey)
-    hit = layer_memo.get(key)
+    key = (i, *mkey)
+    store = _per_configuration(layer_memo, "memory")
+    hit = _recall(store, key)
     if hit is None:
         first = [terms(i, g) for g in groups]
         hbm = [inst.scenarios[i].cluster.groups[g].gpu.hbm_bytes for g in groups]
-        hit = layer_memo[key] = stage_memory(inst, co, [x for x, _ in first], where, [t for _, t in first], hbm,
-                                             o.replicas * o.cp, inflight, reserve)
+        hit = stage_memory(inst, co, [x for x, _ in first], where, [t for _, t in first], hbm,
+                           o.replicas * o.cp, inflight, reserve)
+        _keep(store, key, hit)
     return hit
 
 
