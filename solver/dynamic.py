@@ -169,6 +169,16 @@ class NoTimelinePlan(Exception):
         self.solve_time_s = solve_time_s
 
 
+def _iterations_upper_bound(periods: list[tuple[int, float]], optimum: dict[int, SolveResult]) -> float:
+    """Iterations no choice of plans exceeds: each period at most H_p / (a lower bound of its
+    scenario's optimum); inf without a positive bound for every period's scenario (a limit that
+    bound nothing)."""
+    bounds_s = [optimum[s].bound_s for s, _ in periods]
+    if not all(b is not None and b > 0 for b in bounds_s):
+        return float("inf")
+    return sum(dur / b for (_, dur), b in zip(periods, bounds_s))
+
+
 def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
                   progress=None) -> TimelineResult:
     from paraplan.formulations.timeline import timeline_iterations
@@ -242,11 +252,7 @@ def plan_timeline(inst: Instance, backend: str = "cpsat", time_limit_s: float = 
               for s in range(n_scen)] for c in cands]
     sw = switch_time_s(inst.model, inst.switching)
     choice = choose_plans(times, periods, sw)
-    # valid for any choice: each period at most H_p / (a lower bound of its scenario's optimum);
-    # none without a positive bound for every period's scenario (a limit that bound nothing)
-    bounds_s = [optimum[s].bound_s for s, _ in periods]
-    upper = (sum(dur / b for (_, dur), b in zip(periods, bounds_s))
-             if all(b is not None and b > 0 for b in bounds_s) else float("inf"))
+    upper = _iterations_upper_bound(periods, optimum)
     static = [timeline_iterations(times, periods, sw, [j] * len(periods)) for j in range(len(cands))]
     # always switching to each period's scenario optimum; a limit that left a scenario without
     # one (no plan within it) has that period follow the fastest candidate found for it
