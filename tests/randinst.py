@@ -23,6 +23,25 @@ from paraplan.cost.specs import Cluster, NodeGroup, GpuSpec, Instance, JobSpec, 
 Space = partial(SearchSpace, objective="mean", memory_reserve_bytes=0.0)
 
 
+def toy_model(name: str, layers: int) -> ModelSpec:
+    """The mixed-cluster tests' toy transformer: 8 heads of 64, a 4x GELU MLP, an 8,000-word
+    vocabulary and 512-token sequences, `layers` deep."""
+    heads = 8
+    hidden = heads * 64
+    return ModelSpec(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=heads,
+                     ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+
+
+def drawn_between(rng: random.Random, groups: list) -> tuple:
+    """The links between `groups` (a Cluster's `between`): each group's own inter-node link on
+    the diagonal, and a link of 5 or 25 GB/s drawn from `rng` for each pair."""
+    G = len(groups)
+    pair = {(a, b): Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
+            for a in range(G) for b in range(a + 1, G)}
+    return tuple(tuple(groups[a].inter_node if a == b else pair[min(a, b), max(a, b)]
+                       for b in range(G)) for a in range(G))
+
+
 def random_instance(seed: int, variant: bool = False) -> Instance:
     """Small models on 1-2 nodes of a GPU whose memory is small enough that memory binds:
     capacity is drawn around the model-state size, so recompute and splits matter."""
@@ -162,10 +181,7 @@ def mixed_family_instance(seed: int):
     from paraplan.cost.specs import Cluster, NodeGroup
 
     rng = random.Random(seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"mix{seed}", layers=rng.choice([4, 6, 8]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"mix{seed}", rng.choice([4, 6, 8]))
     groups = []
     for g in range(2):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),

@@ -20,10 +20,10 @@ import random
 
 import numpy as np
 import pytest
-from randinst import Space
+from randinst import Space, drawn_between, toy_model
 from test_stage_families import _least_optimum
 
-from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, NodeGroup
+from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds import stage_families
 from paraplan.solver.bounds.stage_families import StageFamily
@@ -34,10 +34,7 @@ def slow_sync_instance(seed: int) -> Instance:
     each so most splits fit), links within and between groups drawn at 3-25 GB/s, tp 1 or 2
     per group, 6 or 8 layers and a batch of 4 or 8 (one or two micro-batch sizes)."""
     rng = random.Random(2_000 + seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"sync{seed}", layers=rng.choice([6, 8]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"sync{seed}", rng.choice([6, 8]))
     groups = []
     for g in range(rng.choice([3, 4])):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
@@ -45,11 +42,7 @@ def slow_sync_instance(seed: int) -> Instance:
         groups.append(NodeGroup(name=f"g{g}", site="s", gpu=gpu, nodes=1, gpus_per_node=2,
                                 intra_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=5e-6),
                                 inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5)))
-    G = len(groups)
-    pair = {(a, b): Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-            for a in range(G) for b in range(a + 1, G)}
-    between = tuple(tuple(groups[a].inter_node if a == b else pair[min(a, b), max(a, b)]
-                          for b in range(G)) for a in range(G))
+    between = drawn_between(rng, groups)
     return Instance(name=f"sync{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                     job=JobSpec(global_batch=rng.choice([4, 8])),
                     search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(1, 2),

@@ -20,11 +20,10 @@ import random
 
 import numpy as np
 import pytest
-from randinst import Space
+from randinst import Space, toy_model
 
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.cost.specs import Cluster, NodeGroup
-from paraplan.cost.specs import NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.one_class import memory_infeasible
 from paraplan.solver.bounds.stage_families import ReplicaFamily
@@ -43,10 +42,7 @@ def three_types_instance(seed: int) -> Instance:
     fourth group a repeat of a type; tp 1 or 2 per group, micro-batch 1 or 2, ZeRO 0 or 1, no full recompute (exhaustive
     search's space stays small)."""
     rng = random.Random(1000 + seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"mem{seed}", layers=rng.choice([6, 8]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"mem{seed}", rng.choice([6, 8]))
     kinds = [GpuSpec(name=f"toy{k}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
                      hbm_bytes=gib * 2**30, hbm_bw_bytes_per_s=1e12)
              for k, gib in enumerate((0.75, rng.choice([1.0, 1.5]), 3.0))]

@@ -33,10 +33,10 @@ import math
 import random
 
 import pytest
-from randinst import Space
+from randinst import Space, toy_model
 
 from paraplan.cost.readers.gpus import load_catalogue
-from paraplan.cost.specs import Cluster, Instance, JobSpec, Link, Mlp, ModelSpec, NodeGroup
+from paraplan.cost.specs import Cluster, Instance, JobSpec, Link, NodeGroup
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver import exhaustive as exhaustive_mod
 from paraplan.solver import memory_tiers
@@ -52,10 +52,7 @@ def p90_instance(seed: int) -> Instance:
     1-3 GiB, so memory binds; the factor reads the type's name, not its HBM), tp 1 or 2 per
     group, ZeRO 0 or 1, objective p90."""
     rng = random.Random(seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"p90-{seed}", layers=rng.choice([4, 6]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"p90-{seed}", rng.choice([4, 6]))
     catalogue = load_catalogue()
     groups = []
     for g in range(rng.choice([3, 4])):

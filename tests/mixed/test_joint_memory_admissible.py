@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from test_unpriced_memory import _optimum
 
-from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec, NodeGroup
+from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 from paraplan.solver.bounds import unpriced_memory
 from paraplan.solver.bounds.fill_drain import pipeline_sync_bounds_s
 from paraplan.solver.search import problems_for, scenario_weights
 from paraplan.solver.space import declared_outers
-from randinst import Space
+from randinst import Space, drawn_between, toy_model
 
 
 def test_the_pipeline_and_its_sync_read_together_on_a_hand_derived_pipeline():
@@ -53,10 +53,7 @@ def deep_types_instance(seed: int) -> Instance:
     (3-25 GB/s: the data-parallel sync is a large part of a step), 6 or 8 layers and a small
     batch (few micro-batches per replica: the fill and drain are a large part of a pipeline)."""
     rng = random.Random(1_000 + seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"deep{seed}", layers=rng.choice([6, 8]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"deep{seed}", rng.choice([6, 8]))
     groups = []
     for g in range(rng.choice([3, 4])):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
@@ -64,11 +61,7 @@ def deep_types_instance(seed: int) -> Instance:
         groups.append(NodeGroup(name=f"g{g}", site="s", gpu=gpu, nodes=1, gpus_per_node=rng.choice([1, 2]),
                                 intra_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=5e-6),
                                 inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5)))
-    G = len(groups)
-    pair = {(a, b): Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-            for a in range(G) for b in range(a + 1, G)}
-    between = tuple(tuple(groups[a].inter_node if a == b else pair[min(a, b), max(a, b)]
-                          for b in range(G)) for a in range(G))
+    between = drawn_between(rng, groups)
     return Instance(name=f"deep{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                     job=JobSpec(global_batch=rng.choice([4, 8])),
                     search=Space(micro_batch=(1, 2), zero=(0, 1), virtual_stages=(1,), cp=(1,), tp=(1,),

@@ -17,12 +17,10 @@ import functools
 import random
 
 import pytest
-from randinst import Space
+from randinst import Space, drawn_between, toy_model
 
-from paraplan.cost.specs import Instance
+from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 
-from paraplan.cost.specs import Cluster, NodeGroup
-from paraplan.cost.specs import NodeGroup, GpuSpec, JobSpec, Link, Mlp, ModelSpec
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
 
@@ -36,10 +34,7 @@ def many_types_instance(seed: int) -> Instance:
     0.7-3 GiB, so memory binds), links within and between groups drawn, one tp, and a global
     batch that the groups' counts do not all divide; every layout option on."""
     rng = random.Random(seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"types{seed}", layers=rng.choice([4, 6]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"types{seed}", rng.choice([4, 6]))
     groups = []
     for g in range(rng.choice([3, 4])):
         gpu = GpuSpec(name=f"toy{g}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
@@ -48,11 +43,7 @@ def many_types_instance(seed: int) -> Instance:
                                 gpu=gpu, nodes=rng.choice([1, 2]), gpus_per_node=rng.choice([1, 2]),
                                 intra_node=Link(bw_bytes_per_s=100e9, latency_s=5e-6),
                                 inter_node=Link(bw_bytes_per_s=rng.choice([3e9, 25e9]), latency_s=1e-5)))
-    G = len(groups)
-    pair = {(a, b): Link(bw_bytes_per_s=rng.choice([5e9, 25e9]), latency_s=1e-5)
-            for a in range(G) for b in range(a + 1, G)}
-    between = tuple(tuple(groups[a].inter_node if a == b else pair[min(a, b), max(a, b)]
-                          for b in range(G)) for a in range(G))
+    between = drawn_between(rng, groups)
     return Instance(name=f"types{seed}", model=model, cluster=Cluster(groups=tuple(groups), between=between),
                            job=JobSpec(global_batch=rng.choice([6, 8, 12])),
                            search=Space(micro_batch=(1, 2), zero=(0,), virtual_stages=(1,), cp=(1,), tp=(1,),

@@ -19,11 +19,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from randinst import Space
+from randinst import Space, toy_model
 from test_option_bound_admissible import optimum_s
 
-from paraplan.cost.specs import Cluster, NodeGroup
-from paraplan.cost.specs import NodeGroup, GpuSpec, Instance, JobSpec, Link, Mlp, ModelSpec
+from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.layouts import partial_bounds_s
 from paraplan.solver.option_families import OptionFamily
@@ -41,10 +40,7 @@ def repeated_types_instance(seed: int, options: bool = False) -> Instance:
     (speed and memory drawn, 1-3 GiB so memory binds), tp 1 or 2 per group; `options`:
     search.classes_per_group 2 and search.idle_gpus."""
     rng = random.Random(seed)
-    heads = 8
-    hidden = heads * 64
-    model = ModelSpec(name=f"rep{seed}", layers=rng.choice([4, 6]), hidden=hidden, heads=heads,
-                      kv_heads=heads, ffn=4 * hidden, vocab=8000, seq_len=512, mlp=Mlp.GELU)
+    model = toy_model(f"rep{seed}", rng.choice([4, 6]))
     kinds = [GpuSpec(name=f"toy{k}", peak_flops_per_s=rng.choice([50e12, 150e12, 300e12]),
                      hbm_bytes=rng.choice([1.0, 1.5, 3.0]) * 2**30, hbm_bw_bytes_per_s=1e12) for k in range(2)]
     groups = []
