@@ -701,7 +701,7 @@ def _ranks_read(ranks: int, most: int) -> int:
     two classes per group priced the classes' terms at 600 rank counts, 30 s before a plan).
     A class's terms are read at no fewer ranks than its layout's, so at no more state per GPU
     (ZeRO shards it over them: memory.layer_state_bytes falls with the ranks; the runtime
-    allowance is read at the fewest, option_recompute.RecomputeFloor._rows): it holds at least
+    allowance is read at the fewest, option_recompute.RecomputeFloor._keyed_rows): it holds at least
     the layers it holds at its own ranks before recomputing, so A* and S_lo are at most its
     own, which the derivation's A_lo and S_lo may be (module docstring)."""
     return min(most, 1 << max(ranks - 1, 0).bit_length())

@@ -175,7 +175,7 @@ class RecomputeFloor:
         """a: one layer's least stash for one micro-batch on group g, fragmentation included:
         Megatron's, or with per-operator partitions the least of it and every layer plan's
         (plan_range.py; the stash is the one memory term a plan may hold less of). Kept by what it
-        reads (not pp, ZeRO or the ranks, which _rows asks it at)."""
+        reads (not pp, ZeRO or the ranks, which _keyed_rows asks it at)."""
         key = ("stash", g, b, tp, cp, sp)
         got = self.memo.get(key)
         if got is not None:
@@ -195,7 +195,7 @@ class RecomputeFloor:
 
     def _row(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, z: int, most_ranks: int,
              v: int = 1) -> tuple:
-        """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _rows, arrays of pp;
+        """(key, (room, held, slope)) of one (micro-batch size, sp, ZeRO) of _keyed_rows, arrays of pp;
         `key` what the row reads: (g, tp, cp, pp, b, sp) and its terms room, state and c
         (stage_terms), and v > 1, so that rows alike at other ranks or ZeRO stages (the ranks
         enter only through ZeRO's sharding of the state and the ring's existence, both ranks >= 2
@@ -253,11 +253,6 @@ class RecomputeFloor:
                                      for sp, z in itertools.product(self.sps(tp, cp), zeros)]
                                     for b in self.fb.mbs.astype(int).tolist()]
         return got
-
-    def _rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> list[list[tuple]]:
-        """Per micro-batch size, per (sp, ZeRO) allowed: (room, held, slope) of the class's
-        stages (module docstring), arrays of pp."""
-        return [[row for _, row in rows] for rows in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks)]
 
     def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
         """Memoise, per row (_row's (key, row)) not read yet, its A* at its group's floor and
