@@ -63,12 +63,19 @@ def _stage_time(n: int, room: float, held: float, freed: float, f: float, rho: f
     return head + n * f + rho * math.ceil(over / freed - 1e-9)
 
 
-def _brute(layers, rows) -> float:
-    """min over splits of max_s _stage_time; rows: per stage (room, held, freed, f, rho, head)."""
+def _brute_in(layers, rows, ok) -> float:
+    """min over the splits `ok(split)` accepts of max_s _stage_time; rows: per stage (room,
+    held, freed, f, rho, head)."""
     best = math.inf
     for split in _splits(layers, len(rows)):
-        best = min(best, max(_stage_time(n, *row) for n, row in zip(split, rows)))
+        if ok(split):
+            best = min(best, max(_stage_time(n, *row) for n, row in zip(split, rows)))
     return best
+
+
+def _brute(layers, rows) -> float:
+    """_brute_in over every split."""
+    return _brute_in(layers, rows, lambda split: True)
 
 
 def test_slowest_stage_with_the_output_layer_is_the_brute_force_split():
@@ -141,15 +148,6 @@ def test_stage_wise_class_reads_each_order_at_its_places():
                 exact += value >= want * (1 - 1e-12)
                 headed += want > plain * (1 + 1e-9)
     assert cases > 0 and exact > cases // 2 and headed > 0
-
-
-def _brute_in(layers, rows, ok) -> float:
-    """_brute over the splits `ok(split)` accepts."""
-    best = math.inf
-    for split in _splits(layers, len(rows)):
-        if ok(split):
-            best = min(best, max(_stage_time(n, *row) for n, row in zip(split, rows)))
-    return best
 
 
 def test_slowest_in_chunks_is_the_brute_force_split():
