@@ -102,6 +102,31 @@ def test_pairs_priced_unlike_reach_the_enumerated_optimum(seed):
 
 @pytest.mark.slow  # about 55 s of CPU: three searches of 9,715 configurations, about 18 s each
 @same_worker("qwen3-235b-a22b-256xH100")  # the DP reference is test_moe_plausibility's optimum
+def symmetric_problem(seed: int, capacity_bytes: float) -> DualPipeProblem:
+    """random_problem with every stage alike (its per-stage draws averaged) and the capacity
+    given: pairs priced alike, so CP-SAT runs its pair model."""
+    p = random_problem(seed)
+    alike = lambda x: np.full(p.pp, x.mean())  # noqa: E731
+    return replace(p, a=alike(p.a), e=alike(p.e), k0=alike(p.k0), kn=alike(p.kn), kr=alike(p.kr),
+                   capacity_bytes=np.full(p.pp, capacity_bytes))
+
+
+@pytest.mark.parametrize("seed,capacity_bytes", [(80, 1e12), (148, None)])
+def test_cpsat_pair_model_finds_and_proves_the_optimum_under_a_short_limit(seed, capacity_bytes):
+    """Two symmetric problems (pp 4, 7 layers, memory slack; and one at its drawn capacity) on
+    which CP-SAT's pair model under the objective lower-bound search found no solution at all
+    (seed 80: none after 20 s; its bound stalled 4% under the optimum): of 1,200 drawn problems
+    (200 seeds; drawn, 32 GB and 1 TB capacities; as drawn and symmetric) these two timed out
+    under a 1 s limit. _first_steps' hint starts it from a split; the optimum is enumeration's."""
+    p = symmetric_problem(seed, capacity_bytes if capacity_bytes is not None
+                          else float(random_problem(seed).capacity_bytes[0]))
+    assert p.pairs_alike()
+    want = enumerated(p)
+    res = solve_cpsat(p, time_limit_s=1.0)
+    assert res.status == "optimal"
+    assert res.objective_s == pytest.approx(want, abs=res.tolerance_s + 1e-12)
+
+
 def test_cpsat_and_milp_prove_the_qwen3_dualpipe_bench_row():
     """The bench's Qwen3-235B DualPipe row (solver/bench/ladder.dualpipe_instance): its first
     configuration (pp 16, 64 micro-batches, 94 layers, recomputation needed on most stages) left
