@@ -375,7 +375,13 @@ def test_milp_time_limit_never_claims_unproved_optimality(big, backend):
         assert result.bound_s is None or result.bound_s <= reference.objective_s
 
 
-def test_cpsat_hint_is_used_under_a_tiny_limit(big):
+def test_cpsat_hint_is_used_under_a_tiny_limit(big, monkeypatch):
+    """A limit of 1e-3 deterministic units still returns the hinted solution. The wall-clock
+    backstop (multiclass.WALL_GRACE_S past the limit) is lifted here: on a loaded two-core
+    machine 0.25 s of wall time stopped CP-SAT before it read the hint (a failure seen once under
+    load, passing alone), and deterministic time is the same on every machine."""
+    from paraplan.formulations import multiclass
+    monkeypatch.setattr(multiclass, "WALL_GRACE_S", 60.0)
     c, reference = big
     hint = ((c.outer.num_micro_batches,), (reference.layers_per_stage,), (reference.full_recompute_layers,))
     result = solve("cpsat", c, time_limit_s=1e-3, hint=hint)
