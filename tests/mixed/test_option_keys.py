@@ -78,20 +78,27 @@ def _brute(layers, rows) -> float:
     return _brute_in(layers, rows, lambda split: True)
 
 
+def _random_stages(rng, stages: int, room_lo: float, room_hi: float):
+    """(f, rho, held, freed, room, head) of `stages` drawn stages: per-layer times f and
+    recompute shares rho, an in-flight count falling from the first stage to the last (held
+    and freed memory per layer grow with it), one room for all in [room_lo, room_hi), and an
+    output-layer head on the last stage only."""
+    f = rng.uniform(0.5, 2.0, stages)
+    rho = rng.uniform(0.2, 1.0, stages)
+    flight = np.arange(stages, 0, -1, dtype=float)
+    a, c, state = rng.uniform(1.0, 3.0), rng.uniform(0.1, 0.5), rng.uniform(0.5, 2.0)
+    room = np.full(stages, rng.uniform(room_lo, room_hi))
+    head = np.zeros(stages)
+    head[-1] = rng.uniform(0.0, 2.5)
+    return f, rho, state + flight * a, flight * (a - c), room, head
+
+
 def test_slowest_stage_with_the_output_layer_is_the_brute_force_split():
     rng = np.random.default_rng(33)
     exact = headed = cases = 0
     for _ in range(300):
         stages, layers = int(rng.integers(2, 5)), int(rng.integers(5, 11))
-        f = rng.uniform(0.5, 2.0, stages)
-        rho = rng.uniform(0.2, 1.0, stages)
-        flight = np.arange(stages, 0, -1, dtype=float)
-        a, c, state = rng.uniform(1.0, 3.0), rng.uniform(0.1, 0.5), rng.uniform(0.5, 2.0)
-        held = state + flight * a
-        freed = flight * (a - c)
-        room = np.full(stages, rng.uniform(2.0, 30.0))
-        head = np.zeros(stages)
-        head[-1] = rng.uniform(0.0, 2.5)
+        f, rho, held, freed, room, head = _random_stages(rng, stages, 2.0, 30.0)
         got = float(slowest_stage_each_s(room[None], held[None], (held / freed)[None], layers, f[None, None],
                                          rho[None, None], head=head[None, None])[0, 0])
         rows = list(zip(room, held, freed, f, rho, head))
@@ -158,15 +165,7 @@ def test_slowest_in_chunks_is_the_brute_force_split():
         layers = int(rng.integers(stages * v, stages * v + 7))
         # the slots each end may count beside its layers (a nonempty subset of {0, 1})
         first, last = (frozenset(((0,), (1,), (0, 1))[i]) for i in rng.integers(0, 3, 2).tolist())
-        f = rng.uniform(0.5, 2.0, stages)
-        rho = rng.uniform(0.2, 1.0, stages)
-        flight = np.arange(stages, 0, -1, dtype=float)
-        a, c, state = rng.uniform(1.0, 3.0), rng.uniform(0.1, 0.5), rng.uniform(0.5, 2.0)
-        held = state + flight * a
-        freed = flight * (a - c)
-        room = np.full(stages, rng.uniform(4.0, 40.0))
-        head = np.zeros(stages)
-        head[-1] = rng.uniform(0.0, 2.5)
+        f, rho, held, freed, room, head = _random_stages(rng, stages, 4.0, 40.0)
         allowed = chunk_counts(layers, stages, v, first, last)
         got = float(slowest_in_chunks_s(room[None], held[None], (held / freed)[None], layers, f[None, None],
                                         rho[None, None], allowed, head[None, None])[0, 0])

@@ -46,20 +46,7 @@ def _row_bottleneck(levels: np.ndarray, need: int) -> float:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_least_levels_is_the_least_bottleneck_of_every_combination(seed):
-    rng = np.random.default_rng(seed)
-    groups = int(rng.integers(1, 4))
-    chunks = int(rng.integers(2, 7))
-    stages = [int(rng.integers(1, 4)) for _ in range(groups)]
-    need = int(rng.integers(sum(stages), sum(stages) * chunks + 2))  # sometimes more than any holds
-    plans = []
-    for s in stages:
-        p = int(rng.integers(1, 5))
-        # non-decreasing levels per stage, each stage capped by memory (inf past its cap, none held
-        # at cap 0); ties across stages and plans on purpose (levels on a coarse grid)
-        lv = np.cumsum(rng.integers(0, 4, size=(p, s, chunks)), axis=2).astype(float) + rng.integers(1, 4, (p, s, 1))
-        cap = rng.integers(0, chunks + 1, size=(p, s))
-        lv[np.arange(chunks)[None, None, :] >= cap[:, :, None]] = np.inf
-        plans.append(lv)
+    plans, need = _random_levels(np.random.default_rng(seed), convex=False)
     brute = min(_row_bottleneck(np.concatenate([plans[g][c] for g, c in enumerate(combo)]), need)
                 for combo in itertools.product(*(range(len(p)) for p in plans)))
     got = least_levels([[group_steps(p) for p in plans]], need)[0]
@@ -81,6 +68,9 @@ def _dp_least_sum(levels: np.ndarray, need: int) -> float:
 
 
 def _random_levels(rng, convex: bool):
+    """(plans, need): per group, its plans' non-decreasing levels (plans, stages, chunks), each
+    stage capped by memory (inf past its cap, none held at cap 0), ties across stages and plans
+    on purpose (levels on a coarse grid); `need` chunks, sometimes more than any holds."""
     groups = int(rng.integers(1, 4))
     chunks = int(rng.integers(2, 7))
     stages = [int(rng.integers(1, 4)) for _ in range(groups)]
