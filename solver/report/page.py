@@ -35,7 +35,7 @@ from paraplan.solver.bounds import one_class
 from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
-from paraplan.solver.format import count, quantile_phrase, release_text, seconds, train_cost_lines
+from paraplan.solver.format import band_text, count, quantile_phrase, release_text, seconds, train_cost_lines
 from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
 
 DPI = 110
@@ -516,8 +516,7 @@ def evidence_rows(result, trust, quantile: str = "mean") -> list[list[str]]:
         if trust.interval_s is None:
             rows.append(["trust", "no published run compares: the time is unvalidated"])
         else:
-            lo, hi = trust.interval_s
-            rows.append(["trust", f"measured time likely in {seconds(lo)} .. {seconds(hi)}"
+            rows.append(["trust", f"measured time likely in {band_text(trust.interval_s)}"
                                   f" (10th-90th percentile of the errors of {trust.rows} published"
                                   f" runs: {trust.group})"])
         if trust.release:
