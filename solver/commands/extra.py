@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import band_text, breakdown_json, gib, seconds, table, train_cost_json
+from paraplan.solver.format import band_text, breakdown_json, gib, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
