@@ -37,6 +37,17 @@ def gib(n_bytes: float) -> str:
     return f"{bytes_to_gib(n_bytes):.1f} GiB"
 
 
+def band_text(interval_s) -> str:
+    """A band of the measured time (cost/trust.plan_trust's interval_s) as 'lo .. hi', or '-'
+    where no published row prices one: every table and line that shows the band."""
+    return "-" if interval_s is None else f"{seconds(interval_s[0])} .. {seconds(interval_s[1])}"
+
+
+def likely_text(interval_s) -> str:
+    """The band after a predicted time, ' (likely measured lo .. hi, 80%)', or '' without one."""
+    return "" if interval_s is None else f" (likely measured {band_text(interval_s)}, 80%)"
+
+
 def table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
     """Columns right-aligned except where `align` has 'l' at that position."""
     align = align or "l" + "r" * (len(headers) - 1)
@@ -266,8 +277,7 @@ def trust_lines(trust) -> list[str]:
     if trust.interval_s is None:
         lines = ["trust       no published row to compare with: the prediction is unvalidated"]
     else:
-        lo, hi = trust.interval_s
-        lines = [f"trust       measured time likely in {seconds(lo)} .. {seconds(hi)} (10th-90th percentile"
+        lines = [f"trust       measured time likely in {band_text(trust.interval_s)} (10th-90th percentile"
                  f" of the errors of {trust.rows} published rows: {trust.group})"]
     if trust.release:
         lines.append(f"release     {release_text(trust)}")

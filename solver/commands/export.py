@@ -142,7 +142,9 @@ def _replan(inst, to: str) -> str:
     return f"plan without the settings {to} cannot run (--force lists them)"
 
 
-def _write(args, text: str) -> None:
+def _write(args, text: str, json_obj) -> None:
+    """The configuration `text` to -o FILE, then on stdout the JSON object json_obj() under
+    --json, else `text` where no file was given."""
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -150,6 +152,11 @@ def _write(args, text: str) -> None:
         except OSError as err:
             raise InstanceError(args.output, "<file>", f"cannot be written ({err.strerror})",
                                 "check that the directory exists and is writable") from None
+    if args.json:
+        json.dump(json_obj(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif not args.output:
+        sys.stdout.write(text)
 
 
 def cmd_layout(args) -> int:
@@ -171,14 +178,9 @@ def cmd_layout(args) -> int:
                             " torchtitan or deepspeed")
     inst, plan = _instance_and_plan(args, data)  # a flat instance file as its one group
     text = to_layout(inst, plan)
-    _write(args, text)
-    if args.json:
-        json.dump({"target": "layout", "target_version": f"layout_version {LAYOUT_VERSION}",
-                   "config": text, "output": args.output or None,
-                   "layout": layout_mapping(inst, plan)}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    elif not args.output:
-        sys.stdout.write(text)
+    _write(args, text, lambda: {"target": "layout", "target_version": f"layout_version {LAYOUT_VERSION}",
+                                "config": text, "output": args.output or None,
+                                "layout": layout_mapping(inst, plan)})
     return 0
 
 
@@ -205,34 +207,30 @@ def cmd_export(args) -> int:
                             f" {args.to} configuration will not run as planned ({_why(inst, e)}):"
                             f" {problem}", _replan(inst, args.to) + ", or pass --force to write it"
                             " anyway with the deviations in the file")
-    forced = () if problem is None else (
-        f"predicted not to run as planned: {problem}",
-        _prediction_line("the plan as planned", inst.job.framework.value, cmp.plan),
-        _prediction_line("the emitted configuration", args.to, cmp.emitted))
+    # the plan as planned and the emitted configuration, each predicted (stderr, and the file
+    # under --force)
+    predictions = (_prediction_line("the plan as planned", inst.job.framework.value, cmp.plan),
+                   _prediction_line("the emitted configuration", args.to, cmp.emitted))
+    forced = () if problem is None else (f"predicted not to run as planned: {problem}", *predictions)
     text = render(result, args.to, forced)
-    _write(args, text)
-    # another framework, a deviation, or a model the framework changes (a padded vocabulary)
-    differs = e.inst != inst or e.plan != plan
-    if args.json:
+
+    def pred(p, framework):
+        return {"framework": framework, "iter_time_s": p.iter_time_s,
+                "interval_s": None if p.interval_s is None else list(p.interval_s),
+                "peak_mem_bytes": p.peak_mem_bytes, "capacity_bytes": p.capacity_bytes,
+                "fits": p.fits}
+
+    def json_obj():
         from paraplan.cost.readers.plan_writer import plan_to_mapping
+        return {"target": args.to, "target_version": version, "exact": e.exact,
+                "strict": bool(args.strict), "force": bool(args.force),
+                "plan_framework": inst.job.framework.value,
+                "config": text, "output": args.output or None,
+                "deviations": list(e.deviations), "notes": list(e.notes), "will_not_run": problem,
+                "plan": pred(cmp.plan, inst.job.framework.value),
+                "emitted": {**pred(cmp.emitted, args.to), "plan": plan_to_mapping(e.plan)}}
 
-        def pred(p, framework):
-            return {"framework": framework, "iter_time_s": p.iter_time_s,
-                    "interval_s": None if p.interval_s is None else list(p.interval_s),
-                    "peak_mem_bytes": p.peak_mem_bytes, "capacity_bytes": p.capacity_bytes,
-                    "fits": p.fits}
-
-        out = {"target": args.to, "target_version": version, "exact": e.exact,
-               "strict": bool(args.strict), "force": bool(args.force),
-               "plan_framework": inst.job.framework.value,
-               "config": text, "output": args.output or None,
-               "deviations": list(e.deviations), "notes": list(e.notes), "will_not_run": problem,
-               "plan": pred(cmp.plan, inst.job.framework.value),
-               "emitted": {**pred(cmp.emitted, args.to), "plan": plan_to_mapping(e.plan)}}
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    elif not args.output:
-        sys.stdout.write(text)
+    _write(args, text, json_obj)
     for item in e.deviations:
         print(f"paraplan: deviation: {item}", file=sys.stderr)
     for item in e.notes:
@@ -240,11 +238,9 @@ def cmd_export(args) -> int:
     if problem:
         print(f"paraplan: warning: written under --force, predicted not to run as planned: {problem}",
               file=sys.stderr)
-    if differs:
-        print("paraplan: " + _prediction_line("the plan as planned", inst.job.framework.value,
-                                              cmp.plan), file=sys.stderr)
-        print("paraplan: " + _prediction_line("the emitted configuration", args.to, cmp.emitted),
-              file=sys.stderr)
+    if e.inst != inst or e.plan != plan:  # another framework, a deviation, or a model it changes
+        for line in predictions:
+            print(f"paraplan: {line}", file=sys.stderr)
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import InstanceError
-from paraplan.solver.format import breakdown_json, gib, seconds, table, train_cost_json
+from paraplan.solver.format import band_text, breakdown_json, gib, table, train_cost_json
 from paraplan.solver.commands.jsonout import emit_json as _dump  # strict JSON (no NaN), printed whole
 from paraplan.solver.commands.parser import HELP_BACKEND, HELP_JSON, HELP_TIME_LIMIT_S
 
@@ -45,9 +45,7 @@ def cmd_compare(args) -> int:
     for tag, p in zip("AB", plans):
         print(f"{tag}  {describe_plan(p, inst)}")
     print()
-    interval = [["likely measured (80%)", *("-" if t.interval_s is None else
-                                            f"{seconds(t.interval_s[0])} .. {seconds(t.interval_s[1])}"
-                                            for t in trusts)]]
+    interval = [["likely measured (80%)", *(band_text(t.interval_s) for t in trusts)]]
     rows = side_rows(*bds)
     print(table(["", "A", "B"], rows[:1] + interval + rows[1:] + train_rows(*costs)))
     print()

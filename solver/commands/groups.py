@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from paraplan.cost.errors import ConfigError, InstanceError
-from paraplan.solver.format import seconds, table
+from paraplan.solver.format import band_text, likely_text, seconds, table
 from paraplan.solver.commands.inputs import add_objective_arg
 from paraplan.solver.commands.jsonout import emit_json
 from paraplan.solver.outputs import check_output_path, plan_file, write_plan_file
@@ -130,9 +130,8 @@ def _show_replan(args, inst, r, trusts) -> int:
         return 0
     print(describe_cluster(inst))
     print(f"event       {r.event}")
-    band = _band(running)
     print(f"running     {seconds(r.before_time_s)} per iteration before, {seconds(r.current_time_s)} after the event"
-          + ("" if band is None else f" (likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)"))
+          + likely_text(_band(running)))
     print(evidence(r.new, inst, network=f"the network after {r.event}"))
     if r.new.plan is not None:
         print("new plan    " + "\n            ".join(plan_lines(r.new.plan, inst)))
@@ -171,7 +170,7 @@ def cmd_timeline(args) -> int:
     periods = [[str(i + 1), inst.scenarios[p.scenario].name, f"{p.duration_s / 3600:.1f} h",
                 f"#{ch.plan_per_period[i] + 1}", "yes" if i in ch.switches else "",
                 seconds(r.times_s[ch.plan_per_period[i]][p.scenario]),
-                "-" if band is None else f"{seconds(band[0])} .. {seconds(band[1])}"]
+                band_text(band)]
                for i, (p, (_, band)) in enumerate(zip(inst.timeline, runs))]
     if args.json:
         from paraplan.cost.readers.plan_writer import plan_to_mapping

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from paraplan.solver.format import seconds
+from paraplan.solver.format import likely_text, seconds
 from paraplan.solver.outputs import check_output_path, write_text
 
 
@@ -46,7 +46,7 @@ def cmd_report(args) -> int:
     if res.plan is not None and res.objective == "nominal":  # the band the page shows, as `plan` prints it
         from paraplan.cost.trust import plan_trust
         band = plan_trust(inst, res.plan, res.objective_s).interval_s
-        what += "" if band is None else f" (likely measured {seconds(band[0])} .. {seconds(band[1])}, 80%)"
+        what += likely_text(band)
     print(f"wrote {args.output}: {inst.name}, {res.status}, {what}", file=sys.stdout)
     return status_code(res.status)
 

@@ -126,20 +126,17 @@ for _name, _schema in SCHEMAS.items():
         _schema["schema_version"] = INT
 
 
+# a type name's test of a JSON value (a bool is no number: JSON tells true from 1)
+_TYPES = {ANY: lambda v: True, "null": lambda v: v is None,
+          NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          STR: lambda v: isinstance(v, str), BOOL: lambda v: isinstance(v, bool)}
+
+
 def _type_ok(value: Any, name: str) -> bool:
-    if name == ANY:
-        return True
-    if name == "null":
-        return value is None
-    if name == NUM:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if name == INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == STR:
-        return isinstance(value, str)
-    if name == BOOL:
-        return isinstance(value, bool)
-    raise ValueError(f"unknown schema type {name!r}")
+    if name not in _TYPES:
+        raise ValueError(f"unknown schema type {name!r}")
+    return _TYPES[name](value)
 
 
 def _check(value: Any, spec: Any, path: str) -> list[str]:

@@ -83,8 +83,20 @@ class ExportResult:
         return list(self.emitted.deviations)
 
 
+def exporter(runnable, render):
+    """A framework's `to_<framework>(inst, plan) -> ExportResult`: the plan checked against its
+    instance, mapped onto what the framework runs (`runnable`) and written in its syntax
+    (`render`)."""
+    def export(inst: Instance, plan: Plan) -> ExportResult:
+        plan.check_against(inst)
+        e = runnable(inst, plan)
+        return ExportResult(render(inst, e), e)
+    return export
+
+
 class Deviations:
-    """Collects deviations and notes while `runnable` adjusts the instance and plan."""
+    """Collects deviations and notes while `runnable` adjusts the instance and plan (from the
+    cross-framework notes and the dropped partitions on)."""
 
     def __init__(self, inst: Instance, plan: Plan, target: Framework):
         self.source_framework = inst.job.framework
@@ -111,6 +123,10 @@ class Deviations:
                                    f" --mtp-num-layers; {target.value} has no multi-token prediction"
                                    " module: emitted without it (less time and memory than planned)")
             self.inst = replace(self.inst, model=replace(self.inst.model, mtp_layers=0))
+        # what every target says first: the release and framework the plan was priced for, and
+        # the per-operator partitions none of them runs
+        cross_framework_note(self)
+        drop_partitions(self)
 
     def _without_megatron_options(self, job):
         """The job without the options only Megatron-core runs (cost/specs.JobSpec), one

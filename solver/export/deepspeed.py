@@ -29,10 +29,9 @@ import json
 from paraplan.cost.framework import behaviour
 from paraplan.cost.specs import Framework, Instance, Precision, Recompute
 from paraplan.cost.plan_specs import Plan
-from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                          cross_framework_note, drop_partitions,
-                                          fold_cp_into_dp, moe_note, refuse_dualpipe,
-                                          refuse_latent_attention, unrestricted_routing)
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, exporter, fold_cp_into_dp,
+                                          moe_note, refuse_dualpipe, refuse_latent_attention,
+                                          unrestricted_routing)
 
 DEEPSPEED_VERSION = "0.19"
 _B = behaviour(Framework.DEEPSPEED)
@@ -42,8 +41,6 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
     refuse_dualpipe(inst, Framework.DEEPSPEED)
     refuse_latent_attention(inst, Framework.DEEPSPEED)
     d = Deviations(inst, plan, Framework.DEEPSPEED)
-    cross_framework_note(d)
-    drop_partitions(d)
     fold_cp_into_dp(d, "DeepSpeed has no ring context parallelism (its Ulysses sequence"
                        " parallelism is an all-to-all over heads)")
     p = d.plan
@@ -156,7 +153,4 @@ def render(inst: Instance, e: Emitted) -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-def to_deepspeed(inst: Instance, plan: Plan) -> ExportResult:
-    plan.check_against(inst)
-    e = runnable(inst, plan)
-    return ExportResult(render(inst, e), e)
+to_deepspeed = exporter(runnable, render)

@@ -36,9 +36,8 @@ from paraplan.cost.specs import (Attention, Framework, GradReduceDtype, Instance
                                  MoeDispatcher, Optimizer, Precision, Recompute,
                                  RecomputeModule)
 from paraplan.cost.plan_specs import Plan
-from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                  cross_framework_note, drop_partitions, model_chunks,
-                                  refuse_dualpipe)
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, exporter, model_chunks,
+                                          refuse_dualpipe)
 
 MEGATRON_VERSION = "Megatron-LM main, commit d98e8a64ddf3 (2026-08-22)"
 # cost/framework.py prices Megatron's gradient buckets at this many parameters
@@ -50,8 +49,6 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
     """The closest configuration Megatron-LM runs (module docstring of common.py)."""
     refuse_dualpipe(inst, Framework.MEGATRON)
     d = Deviations(inst, plan, Framework.MEGATRON)
-    cross_framework_note(d)
-    drop_partitions(d)
     p = d.plan
     if p.zero >= 2 and p.pp > 1 and p.dp * p.cp > 1:
         d.deviate(f"ZeRO-{p.zero} with pipeline parallelism: Megatron-LM runs ZeRO-2/3 only as"
@@ -486,7 +483,4 @@ def _zero_flags(p: Plan, fsdp: bool, job: JobSpec) -> list[tuple[str, object, st
     return flags
 
 
-def to_megatron(inst: Instance, plan: Plan) -> ExportResult:
-    plan.check_against(inst)
-    e = runnable(inst, plan)
-    return ExportResult(render(inst, e), e)
+to_megatron = exporter(runnable, render)

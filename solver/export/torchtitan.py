@@ -60,8 +60,7 @@ from paraplan.cost.specs import Attention, Framework, Instance, Mlp, Precision, 
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.torch_schedules import fastest_fitting, schedule_prices
 from paraplan.cost.units import bytes_to_gib
-from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, ExportResult,
-                                          cross_framework_note, drop_partitions, dropless_moe,
+from paraplan.solver.export.common import (Deviations, Emitted, ExportRefused, dropless_moe, exporter,
                                           model_chunks, moe_note, refuse_dualpipe, unrestricted_routing)
 
 TORCHTITAN_VERSION = "0.2.x (read from v0.2.0)"
@@ -211,8 +210,6 @@ def runnable(inst: Instance, plan: Plan) -> Emitted:
             " GELU model (its dense models, llama3 and qwen3, use SwiGLU); export it to megatron"
             " or deepspeed instead")
     d = Deviations(inst, plan, Framework.TORCHTITAN)
-    cross_framework_note(d)
-    drop_partitions(d)
     job, m = d.inst.job, d.inst.model
     if job.precision is Precision.FP16:
         d.deviate("fp16 precision: torchtitan's training.mixed_precision_param is bfloat16 or"
@@ -565,7 +562,4 @@ def _toml_lines(pairs: list[tuple[str | None, object]]) -> list[str]:
             for key, value in pairs]
 
 
-def to_torchtitan(inst: Instance, plan: Plan) -> ExportResult:
-    plan.check_against(inst)
-    e = runnable(inst, plan)
-    return ExportResult(render(inst, e), e)
+to_torchtitan = exporter(runnable, render)

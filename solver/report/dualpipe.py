@@ -77,11 +77,10 @@ def timeline_rows(it: dualpipe.DualPipeIteration, m: int) -> list[tuple[str, lis
     return out
 
 
-def memory_figure(inst: Instance, plan: Plan, reserve_bytes: float):
+def memory_figure(inst: Instance, plan: Plan, it: dualpipe.DualPipeIteration):
     """Peak memory per device pair by category (cost/dualpipe.device_categories_bytes) against
-    the usable capacity, as a matplotlib Figure."""
-    cats = dualpipe.device_categories_bytes(inst, plan, reserve_bytes=reserve_bytes)
-    it = dualpipe.iteration(inst, plan, reserve_bytes=reserve_bytes)
+    the usable capacity of `it`, the plan's priced iteration, as a matplotlib Figure."""
+    cats = dualpipe.device_categories_bytes(inst, plan, reserve_bytes=inst.search.memory_reserve_bytes)
     pairs = plan.pp // 2
     stacks = [(name, MEMORY_COLOURS[name], gib) for name in CATEGORIES
               if (gib := np.array([bytes_to_gib(cats[d][name]) for d in range(pairs)])).any()]

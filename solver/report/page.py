@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost import schedule, timeline
+from paraplan.cost import dualpipe, schedule, timeline
 from paraplan.cost.coefficients import StageCoefficients, build
 from paraplan.cost.specs import Instance, Outer, PipelineSchedule
 from paraplan.cost.plan_specs import Plan
@@ -35,7 +35,7 @@ from paraplan.solver.bounds import one_class
 from paraplan.solver.report import bars as report_bars
 from paraplan.solver.report import dualpipe as report_dualpipe
 from paraplan.solver.report import svg as report_svg
-from paraplan.solver.format import count, quantile_phrase, release_text, seconds, train_cost_lines
+from paraplan.solver.format import band_text, count, quantile_phrase, release_text, seconds, train_cost_lines
 from paraplan.solver.plan_text import describe_plan, plan_lines, shown_as_groups
 
 DPI = 110
@@ -352,11 +352,7 @@ _DUALPIPE_NO_FRONTIER = (
     " covers every configuration DualPipe can run (source: <code>formulations/dualpipe.py</code>).</p>")
 
 
-def _dualpipe_timeline_section(inst: Instance, p: Plan) -> str:
-    from paraplan.cost import dualpipe
-
-    reserve = inst.search.memory_reserve_bytes
-    it = dualpipe.iteration(inst, p, reserve_bytes=reserve)
+def _dualpipe_timeline_section(it, p: Plan) -> str:
     m, pp = p.num_micro_batches, p.pp
     rows = report_dualpipe.timeline_rows(it, m)
     svg = report_svg.phases_svg(rows, it.iter_time_s, "One DualPipe iteration as priced, one row per device pair")
@@ -394,12 +390,8 @@ def _dualpipe_timeline_section(inst: Instance, p: Plan) -> str:
             + f"<figcaption>{caption}</figcaption></figure>" + table + total)
 
 
-def _dualpipe_memory_section(inst: Instance, p: Plan) -> str:
-    from paraplan.cost import dualpipe
-
-    reserve = inst.search.memory_reserve_bytes
-    it = dualpipe.iteration(inst, p, reserve_bytes=reserve)
-    png = _png(report_dualpipe.memory_figure(inst, p, reserve))
+def _dualpipe_memory_section(inst: Instance, p: Plan, it) -> str:
+    png = _png(report_dualpipe.memory_figure(inst, p, it))
     rows = [[r.label, str(r.layers), str(r.recompute_layers), f"{bytes_to_gib(r.mem_bytes):.2f} GiB",
              f"{bytes_to_gib(r.capacity_bytes):.2f} GiB", f"{100 * r.mem_bytes / r.capacity_bytes:.0f}%"]
             for r in report_dualpipe.pair_rows(it)]
@@ -516,8 +508,7 @@ def evidence_rows(result, trust, quantile: str = "mean") -> list[list[str]]:
         if trust.interval_s is None:
             rows.append(["trust", "no published run compares: the time is unvalidated"])
         else:
-            lo, hi = trust.interval_s
-            rows.append(["trust", f"measured time likely in {seconds(lo)} .. {seconds(hi)}"
+            rows.append(["trust", f"measured time likely in {band_text(trust.interval_s)}"
                                   f" (10th-90th percentile of the errors of {trust.rows} published"
                                   f" runs: {trust.group})"])
         if trust.release:
@@ -712,8 +703,9 @@ def build_report(inst: Instance, result, coeffs: list[StageCoefficients] | None 
         s1 = s2 = s3 = none
     elif not one_class:
         s1, s2, s3 = _class_timelines_section(inst, p, bd), _class_breakdown_section(bd), _stage_table_section(bd)
-    elif dual:
-        s1, s2, s3 = _dualpipe_timeline_section(inst, p), _breakdown_section(bd), _dualpipe_memory_section(inst, p)
+    elif dual:  # the DualPipe iteration (cost/dualpipe.py) priced once for its timeline and memory
+        it = dualpipe.iteration(inst, p, reserve_bytes=inst.search.memory_reserve_bytes)
+        s1, s2, s3 = _dualpipe_timeline_section(it, p), _breakdown_section(bd), _dualpipe_memory_section(inst, p, it)
     else:
         c = plan_coefficients(inst, p)
         s1, s2, s3 = _timeline_section(c, p, result.iter_time_s), _breakdown_section(bd), _memory_section(c, p, bd)
