@@ -272,10 +272,33 @@ def row_model(row: dict, ran: Ran | None = None) -> ModelSpec:
                      seq_len=md["seq_len"], mlp=Mlp(md["mlp"]), dropout=(ran or row_ran(row)).dropout)
 
 
-def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Instance, Plan]:
-    cl, cf = row["cluster"], row_config(row)
-    ran = row_ran(row)
-    model = row_model(row, ran)
+class RowMemo:
+    """What pricing a row reads that no catalogue or network efficiency changes (its config,
+    what it ran, its model, job, layer split and plans, its unknown variants), kept per row
+    object: for a caller that prices the same rows under many catalogues (cost/fit.py's trials:
+    reading them anew was a sixth of a refit under a profiler, issue 32). Each step is kept
+    where it stands in the reading, so a row that cannot be read still fails at the same step
+    with the same message (a step that raises keeps nothing). Holds every row it keeps a value
+    of, so no other object takes its id() meanwhile; the rows must not change while it is used
+    (load_published's are shared and read only)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, object], tuple[dict, object]] = {}
+
+    def __call__(self, row: dict, what: object, make):
+        key = (id(row), what)
+        hit = self._kept.get(key)
+        if hit is None:
+            hit = self._kept[key] = (row, make())
+        return hit[1]
+
+
+def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec],
+                         memo: RowMemo | None = None) -> tuple[Instance, Plan]:
+    memo = memo if memo is not None else RowMemo()
+    cl, cf = row["cluster"], memo(row, "config", lambda: row_config(row))
+    ran = memo(row, "ran", lambda: row_ran(row))
+    model = memo(row, "model", lambda: row_model(row, ran))
     gpu_name = cl["gpu"]
     if gpu_name not in catalogue:
         raise ConfigError(f"GPU type {gpu_name!r} is not in the catalogue")
@@ -292,11 +315,12 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
                         latency_s=units.us_to_s(INTRA_LATENCY_US)),
         inter_node=Link(bw_bytes_per_s=units.gbit_per_s_to_bytes_per_s(nic),
                         latency_s=units.us_to_s(INTER_LATENCY_US)))
-    job = JobSpec(global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
-                  optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
-                  tp_comm_overlap=ran.tp_comm_overlap, cudnn_attention=ran.cudnn_attention,
-                  recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype,
-                  grad_reduce_overlap=_grad_reduce_overlap(ran))
+    job = memo(row, "job", lambda: JobSpec(
+        global_batch=cf["global_batch"], precision=Precision(row.get("precision", "bf16")),
+        optimizer=ran.optimizer, attention=ran.attention, framework=ran.framework,
+        tp_comm_overlap=ran.tp_comm_overlap, cudnn_attention=ran.cudnn_attention,
+        recompute_early_stop=ran.recompute_early_stop, grad_reduce_dtype=ran.grad_reduce_dtype,
+        grad_reduce_overlap=_grad_reduce_overlap(ran)))
     # the space of the run's own release: what re-planning its workload may choose
     inst = Instance(name=row["id"], model=model, cluster=Cluster.of(group), job=job, source="calibration",
                     search=release_space(ran.framework, ran.release_year, ran.release_month))
@@ -308,17 +332,19 @@ def row_to_instance_plan(row: dict, catalogue: dict[str, GpuSpec]) -> tuple[Inst
     rc = ran.recompute or cf.get("recompute") or "unknown"
     rc = "fit" if rc == "unknown" else rc
     pp, v = cf["pp"], cf.get("virtual_stages") or 1
-    split, embedding, loss = row_layer_split(Section(cf, row["id"], "config", None), model.layers, pp, v)
+    split, embedding, loss = memo(row, "split", lambda: row_layer_split(Section(cf, row["id"], "config", None),
+                                                                       model.layers, pp, v))
 
     def plan_with(mode: str) -> Plan:
-        return Plan.flat(tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
-                    num_micro_batches=cf["global_batch"] // (dp * mb),
-                    # Megatron-LM's validate_args turns sequence parallelism off at tp 1
-                    sequence_parallel=bool(cf.get("sequence_parallel")) and cf["tp"] > 1,
-                    recompute=Recompute.SELECTIVE if mode == "selective" else Recompute.NONE,
-                    zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
-                    full_recompute_layers=split if mode == "full" else (0,) * pp,
-                    embedding_in_split=embedding, loss_in_split=loss)
+        return memo(row, ("plan", mode), lambda: Plan.flat(
+            tp=cf["tp"], pp=pp, dp=dp, cp=cf.get("cp") or 1, micro_batch=mb,
+            num_micro_batches=cf["global_batch"] // (dp * mb),
+            # Megatron-LM's validate_args turns sequence parallelism off at tp 1
+            sequence_parallel=bool(cf.get("sequence_parallel")) and cf["tp"] > 1,
+            recompute=Recompute.SELECTIVE if mode == "selective" else Recompute.NONE,
+            zero=cf.get("zero") or 0, virtual_stages=v, layers_per_stage=split,
+            full_recompute_layers=split if mode == "full" else (0,) * pp,
+            embedding_in_split=embedding, loss_in_split=loss))
     if rc != "fit":
         return inst, plan_with(rc)
     for mode in ("none", "selective", "full"):
@@ -361,21 +387,23 @@ def unknown_variants(row: dict) -> list[dict]:
 
 
 def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
-                 net: NetEfficiency | None = None) -> list[RowResult]:
+                 net: NetEfficiency | None = None, memo: RowMemo | None = None) -> list[RowResult]:
     """Each row's predicted iteration time. A row that leaves facts unstated
     (unknown_variants) is priced under each of their values that fits memory (the run did fit),
     and predicted at the geometric mean of the fastest and slowest: the point whose largest
     log error over those possibilities is smallest, the possibilities themselves kept as
-    RowResult.span_s for the interval."""
+    RowResult.span_s for the interval. `memo`: what the rows' pricing reads that `catalogue` and
+    `net` do not change, where the caller prices them again (RowMemo)."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
     net = net if net is not None else NetEfficiency()
+    memo = memo if memo is not None else RowMemo()
     out = []
     for row in rows:
         measured = float(row["measured"]["iter_time_s"])
         base = dict(id=row["id"], gpu=row["cluster"]["gpu"], source=row.get("source", ""),
                     measured_iter_time_s=measured)
         try:
-            inst, plan = row_to_instance_plan(row, catalogue)
+            inst, plan = row_to_instance_plan(row, catalogue, memo)
             unpriced = unpriced_reason(inst.job.framework, plan.zero, plan.pp)
             if unpriced:
                 raise ConfigError(unpriced)
@@ -384,10 +412,10 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
             out.append(RowResult(**base, predicted_iter_time_s=None, reason=str(e)))
             continue
         predicted, span = bd.iter_time_s, None
-        variants = unknown_variants(row)
+        variants = memo(row, "variants", lambda: unknown_variants(row))
         if len(variants) > 1:
             times = [bd.iter_time_s] if bd.fits else []
-            times += [t for t in (_variant_time(v, catalogue, net) for v in variants[1:]) if t is not None]
+            times += [t for t in (_variant_time(v, catalogue, net, memo) for v in variants[1:]) if t is not None]
             if times:
                 span = (min(times), max(times))
                 predicted = math.sqrt(span[0] * span[1])
@@ -396,10 +424,10 @@ def predict_rows(rows: list[dict], catalogue: dict[str, GpuSpec] | None = None,
     return out
 
 
-def _variant_time(row: dict, catalogue, net) -> float | None:
+def _variant_time(row: dict, catalogue, net, memo: RowMemo) -> float | None:
     """The predicted time of a variant of a row, None where it cannot run (or not fit)."""
     try:
-        inst, plan = row_to_instance_plan(row, catalogue)
+        inst, plan = row_to_instance_plan(row, catalogue, memo)
         bd = simulate(inst, plan, net, reserve_bytes=0.0)
     except (ConfigError, KeyError, ValueError):
         return None

@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from paraplan.cost.calibration import predict_rows, source_family
+from paraplan.cost.calibration import RowMemo, predict_rows, source_family
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # noqa: F401 (read from here too)
 from paraplan.cost.readers.gpus import load_catalogue
@@ -222,10 +222,11 @@ class _Objective:
         self.weights = family_weights(self.rows)
         self.gpus = [r["cluster"]["gpu"] for r in self.rows]
         self.terms: list[float] = []
+        self.memo = RowMemo()  # each trial prices the same rows under another catalogue
 
     def _terms(self, values, idx) -> dict[int, float]:
         cat, net = apply_params(self.catalogue, values, self.params)
-        preds = predict_rows([self.rows[i] for i in idx], cat, net)
+        preds = predict_rows([self.rows[i] for i in idx], cat, net, self.memo)
         return {i: (abs(math.log(r.predicted_iter_time_s / r.measured_iter_time_s))
                     if r.predicted_iter_time_s else 0.0) for i, r in zip(idx, preds)}
 

@@ -9,6 +9,7 @@ says which plans it can run: solver/space.py filters outer configurations throug
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.specs import Framework, Optimizer, Recompute, SearchSpace
@@ -333,6 +334,7 @@ def may_run_unfused_attention(framework: Framework, year: int | None) -> bool:
             and year < MEGATRON_FEATURE_YEARS["fused_attention"])
 
 
+@lru_cache(maxsize=256)  # a few releases; read per published row and trial of a fit (cost/fit.py)
 def release_space(framework: Framework, year: int | None, month: int | None = None) -> SearchSpace:
     """The declared space a Megatron-LM release of `year` (and `month`, where known: features
     dated by month, MEGATRON_FEATURE_MONTHS) runs (every feature when None: the current release;

@@ -33,6 +33,7 @@ cost/pipeline_split.chunk_layers gives them)
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 
 import numpy as np
 
@@ -163,7 +164,18 @@ def runs(pattern: RecomputePattern, layers, recompute, v: int, embedding: bool =
 def refusal(pattern: RecomputePattern, framework: str, layers, recompute, v: int,
             embedding: bool = False, loss: bool = False) -> str | None:
     """Why `framework` cannot run these per-stage counts (None when it can): the one physical
-    reason, what the framework runs."""
+    reason, what the framework runs. Kept per argument (_refusal): every simulate checks its
+    plan here (cost/plan_specs.check_against), and a fit prices the same plans under each trial
+    value (cost/fit.py; runs' bisection, numpy on a few stages, was 9% of a fold's refit under
+    a profiler, issue 32)."""
+    return _refusal(pattern, framework, tuple(tuple(int(x) for x in n) for n in layers),
+                    tuple(tuple(int(x) for x in r) for r in recompute), v, embedding, loss)
+
+
+@lru_cache(maxsize=4096)
+def _refusal(pattern: RecomputePattern, framework: str, layers: tuple[tuple[int, ...], ...],
+             recompute: tuple[tuple[int, ...], ...], v: int, embedding: bool,
+             loss: bool) -> str | None:
     if runs(pattern, layers, recompute, v, embedding, loss):
         return None
     shown = "; ".join(f"{list(map(int, r))} of {list(map(int, n))}" for n, r in zip(layers, recompute))

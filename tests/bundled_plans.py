@@ -5,6 +5,8 @@ process (issue 32). The same call, solve(inst, backend) on one thread, was made 
 - tests/validation/test_moe_plausibility.py (the MoE optima, under 1F1B and under DualPipe),
 - tests/formulations/test_dualpipe.py (the Qwen3-235B DualPipe row's DP reference),
 - tests/robustness/test_determinism.py (Llama-3 70B's first one-thread solve),
+- tests/solver/test_zero_bubble_planning.py and tests/cli/test_zero_bubble_export.py (Llama-3
+  70B with job.framework torchtitan, backend dp: about 2.5 s of CPU each),
 
 about 35 s of CPU solved twice over (Qwen3-235B DualPipe alone about 18 s); and the same
 `paraplan timeline` of the bundled dynamic instance by tests/cli/test_json_schema.py (its JSON's
@@ -40,30 +42,41 @@ TIMELINES = ("mixed/llama3-8b-dynamic",)
 GUARD_LIMIT_S = 600.0
 
 
-def bundled_instance(name: str, dualpipe: bool = False):
+def bundled_instance(name: str, dualpipe: bool = False, torchtitan: bool = False):
     """instances/<name>.yaml, read once per test process; with `dualpipe`, under DeepSeek's
-    DualPipe schedule as `paraplan bench` runs it (solver/bench/ladder.dualpipe_instance)."""
-    return _instance(name, bool(dualpipe))
+    DualPipe schedule as `paraplan bench` runs it (solver/bench/ladder.dualpipe_instance); with
+    `torchtitan`, its job's framework torchtitan (the file's job states none: the instance the
+    file reads as with `framework: torchtitan` in its job, but its source path)."""
+    return _instance(name, bool(dualpipe), bool(torchtitan))
 
 
-def bundled_optimum(name: str, backend: str = "dp", dualpipe: bool = False):
-    """solve(bundled_instance(name, dualpipe), backend) on one thread (solve's default) at the
-    instance's own objective, once per test process. Read only: the result is shared."""
-    return _optimum(name, backend, bool(dualpipe))
+def bundled_optimum(name: str, backend: str = "dp", dualpipe: bool = False, torchtitan: bool = False):
+    """solve(bundled_instance(name, dualpipe, torchtitan), backend) on one thread (solve's
+    default) at the instance's own objective, once per test process. Read only: the result is
+    shared."""
+    return _optimum(name, backend, bool(dualpipe), bool(torchtitan))
 
 
 # the caches take every argument positionally: lru_cache keys f(a) and f(a, default) apart
 @functools.lru_cache(maxsize=None)
-def _instance(name: str, dualpipe: bool):
+def _instance(name: str, dualpipe: bool, torchtitan: bool):
+    assert not (dualpipe and torchtitan)
     if dualpipe:
         from paraplan.solver.bench.ladder import dualpipe_instance
         return dualpipe_instance(name)
-    return load_instance(ROOT / "instances" / f"{name}.yaml")
+    inst = load_instance(ROOT / "instances" / f"{name}.yaml")
+    if torchtitan:
+        import dataclasses
+
+        from paraplan.cost.specs import Framework
+        assert inst.job.framework is Framework.MEGATRON and inst.job.framework_version is None
+        inst = dataclasses.replace(inst, job=dataclasses.replace(inst.job, framework=Framework.TORCHTITAN))
+    return inst
 
 
 @functools.lru_cache(maxsize=None)
-def _optimum(name: str, backend: str, dualpipe: bool):
-    return solve(_instance(name, dualpipe), backend, time_limit_s=GUARD_LIMIT_S)
+def _optimum(name: str, backend: str, dualpipe: bool, torchtitan: bool):
+    return solve(_instance(name, dualpipe, torchtitan), backend, time_limit_s=GUARD_LIMIT_S)
 
 
 def timeline_json(name: str) -> dict:

@@ -7,9 +7,9 @@ import tomllib
 
 import pytest
 
+from bundled_plans import bundled_instance, bundled_optimum, same_worker
 from export_support import GOLDENS, ROOT, llama405_v2, zbv_split
 from paraplan.cost.specs import Instance
-from paraplan.cost.specs import Framework
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.torch_schedules import schedule_prices
@@ -128,6 +128,7 @@ def test_the_proof_names_the_schedules_it_leaves_out_for_torchtitan(tmp_path):
 
 
 @pytest.mark.slow
+@same_worker("llama3-70b-512xH100")  # its optimum is test_zero_bubble_planning's too
 def test_llama3_70b_planned_for_torchtitan_exports_as_planned():
     """Issue 34: planned for torchtitan on 512 H100, the optimum recomputed one layer on stage 0
     only ([1, 0, 0, 0] of [20, 20, 20, 20]), which torchtitan cannot run, so its export was
@@ -135,10 +136,8 @@ def test_llama3_70b_planned_for_torchtitan_exports_as_planned():
     runs (cost/recompute_patterns.py: every k-th block of a rank), so the optimum exports with
     no deviation and its activation_checkpoint section gives the planned counts."""
     from paraplan.cost.recompute_patterns import RecomputePattern, runs
-    from paraplan.solver.solve import solve
-    inst = load_instance(ROOT / "instances" / "llama3-70b-512xH100.yaml")
-    inst = dataclasses.replace(inst, job=dataclasses.replace(inst.job, framework=Framework.TORCHTITAN))
-    res = solve(inst)
+    inst = bundled_instance("llama3-70b-512xH100", torchtitan=True)  # job.framework torchtitan
+    res = bundled_optimum("llama3-70b-512xH100", "dp", torchtitan=True)  # solve(inst)
     p = res.plan
     assert runs(RecomputePattern.EVERY_KTH, [p.layers_per_stage], [p.full_recompute_layers], p.virtual_stages)
     out = to_torchtitan(inst, p)

@@ -108,6 +108,18 @@ def _small_gpt(tmp_path: Path, **cluster) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def small_gpt_8_to_1(tmp_path_factory):
+    """(flat, over, exhaustive(over).plan): small-gpt on 4 DGX A100 nodes, non-blocking and with
+    2-node leaves at 8:1, and the oversubscribed cluster's exhaustive optimum, which the two
+    tests below read: listed once per test process (issue 32). Read only."""
+    from paraplan.solver.exhaustive import exhaustive
+    flat = load_instance(str(_small_gpt(tmp_path_factory.mktemp("flat"))))
+    over = load_instance(str(_small_gpt(tmp_path_factory.mktemp("over"), leaf_nodes=2,
+                                        leaf_oversubscription=8.0)))
+    return flat, over, exhaustive(over).plan
+
+
 @pytest.mark.parametrize("cluster, field, says", [
     ({"leaf_nodes": 2, "leaf_oversubscription": 0.5}, "cluster.leaf_oversubscription",
      "give a value from 1 to 100"),
@@ -123,7 +135,7 @@ def test_bad_fabric_keys_are_refused(tmp_path, cluster, field, says):
     assert says in info.value.fix
 
 
-def test_planner_keeps_the_gradient_ring_inside_a_leaf_when_cheaper(tmp_path):
+def test_planner_keeps_the_gradient_ring_inside_a_leaf_when_cheaper(small_gpt_8_to_1):
     # small-gpt on 4 DGX A100 nodes. Non-blocking, the optimum is one pipeline stage whose
     # ZeRO-3 gradient group spans all 32 GPUs. With 2-node leaves at 8:1 that group's 8 NIC
     # rings get 200e9 * 2/8 = 50e9 bytes/s (test_fsdp_over_whole_nodes_at_8_to_1), and the
@@ -131,9 +143,8 @@ def test_planner_keeps_the_gradient_ring_inside_a_leaf_when_cheaper(tmp_path):
     # fits one 16-GPU leaf, the pipeline's hand-off crossing instead. Checked by exhaustive
     # search and by simulating both optima on the oversubscribed cluster.
     from paraplan.solver.exhaustive import exhaustive
-    flat = load_instance(str(_small_gpt(tmp_path)))
-    over = load_instance(str(_small_gpt(tmp_path, leaf_nodes=2, leaf_oversubscription=8.0)))
-    p_flat, p_over = exhaustive(flat).plan, exhaustive(over).plan
+    flat, over, p_over = small_gpt_8_to_1
+    p_flat = exhaustive(flat).plan
 
     def dp_span(p):  # GPUs of one stage's data-parallel group (Megatron's rank order)
         return p.tp * p.cp * p.classes[0].replicas
@@ -184,7 +195,7 @@ def test_groups_straddling_a_leaf_edge():
     assert comm.group_link(dgx_nodes(6, FabricTier(nodes=3, oversubscription=4.0)), 3, 8) == flat
 
 
-def test_an_oversubscribed_fabric_is_one_feature_farther_from_the_published_runs(tmp_path):
+def test_an_oversubscribed_fabric_is_one_feature_farther_from_the_published_runs(small_gpt_8_to_1):
     # No published row states an oversubscribed fabric (every bundled row: Features.oversubscribed
     # False), so a plan under one is one distance level farther from them than the same plan on a
     # non-blocking fabric (cost/trust._context_uses), up to the last level. Its p90 factor is
@@ -193,10 +204,7 @@ def test_an_oversubscribed_fabric_is_one_feature_farther_from_the_published_runs
     # and that level agree.
     from paraplan.cost import trust
     from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
-    from paraplan.solver.exhaustive import exhaustive
-    flat = load_instance(str(_small_gpt(tmp_path)))
-    over = load_instance(str(_small_gpt(tmp_path, leaf_nodes=2, leaf_oversubscription=8.0)))
-    plan = exhaustive(over).plan
+    flat, over, plan = small_gpt_8_to_1
     res = trust.published_residuals()
     assert not any(r.features.oversubscribed for r in res)
     fill = trust._fill_counted(over, trust.factor_fill(over.search))

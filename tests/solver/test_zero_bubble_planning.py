@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from agreement_support import assert_backends_agree_with_exhaustive
+from bundled_plans import bundled_instance, bundled_optimum, same_worker
 from paraplan.cost.readers.plan_reader import load_plan
 from paraplan.cost.readers.plan_writer import plan_to_mapping
 from paraplan.cost.releases import Framework
@@ -132,7 +133,8 @@ def test_a_stage_wise_class_across_two_gpu_types_agrees_with_exhaustive(tmp_path
 
 
 @pytest.mark.slow  # 5.7 s in an idle whole-suite --durations run (issue 32)
-def test_llama3_70b_planned_for_torchtitan_runs_zbv(tmp_path, monkeypatch):
+@same_worker("llama3-70b-512xH100")  # its optimum is test_zero_bubble_export's too
+def test_llama3_70b_planned_for_torchtitan_runs_zbv(monkeypatch):
     # the bundled 70B / 512 H100 instance with framework torchtitan: planned without the
     # zero-bubble modes (the space before they were searched) its proved p90 optimum is
     # Interleaved1F1B at pp 2, v 4 (18.949 s predicted). It was pp 4, v 10 (19.669 s) until the
@@ -140,11 +142,10 @@ def test_llama3_70b_planned_for_torchtitan_runs_zbv(tmp_path, monkeypatch):
     # on 256+ GPUs at distance levels 0-2 from 1.0644 to 1.0976 (level 3 stays 1.1196), which
     # moved the p90 ranking. With them: pp 4, v 2 under ZBVZeroBubble (18.605 s),
     # proved, re-simulated with its schedule, and faster
-    from paraplan.cost.readers.instance import load_instance
     from paraplan.cost.simulate import simulate
     from paraplan.solver import space
-    inst = load_instance(_torchtitan("instances/llama3-70b-512xH100.yaml", tmp_path))
-    res = solve(inst, backend="dp")
+    inst = bundled_instance("llama3-70b-512xH100", torchtitan=True)
+    res = bundled_optimum("llama3-70b-512xH100", "dp", torchtitan=True)  # solve(inst, backend="dp")
     assert res.status == "optimal"
     p = res.plan
     assert (p.pp, p.virtual_stages, p.zero_bubble) == (4, 2, ZeroBubble.V)
