@@ -87,7 +87,7 @@ from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.bounds.fill_drain import PRICED_SAFETY, pipeline_sync_bounds_s
 from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxed_terms, tight_class_terms
-from paraplan.solver.bounds.unpriced import floor_layer_terms, stage_floor_terms
+from paraplan.solver.bounds.unpriced import floor_layer_terms, placed_floor_terms, stage_floor_terms
 
 
 def applies(inst, o) -> bool:
@@ -329,8 +329,9 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
     for i in idx:
         floors = [stage_floor_terms(inst, i, o, k, g, False, memo) for g in groups]
         lts = [terms(i, g)[0] for g in groups]
-        a = np.zeros(co.pp)
-        a[0] = floors[where[0]][1]
+        # the stage terms the placement alone gives (hand-offs, embedding, its sync: build's own)
+        a, d = placed_floor_terms(inst, i, o, k, co, layer_memo)
+        a[0] += floors[where[0]][1]
         a[-1] += floors[where[-1]][2]
         u = (zeros if o.zero == 3 else
              np.array([lt.rc_fwd_s for lt in lts])[at] * (1 + slow))
@@ -338,7 +339,7 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
         c_floor = StageCoefficients(
             outer=co, layers=inst.model.layers, layer_time_s=np.array([f[0] for f in floors])[at],
             recompute_time_s=u, stage_time_s=a, layer_sync_time_s=syncs[:, 0],
-            stage_sync_time_s=syncs[:, 1], layer_state_bytes=mem.layer_state_bytes,
+            stage_sync_time_s=syncs[:, 1] + d, layer_state_bytes=mem.layer_state_bytes,
             layer_act_bytes=mem.layer_act_bytes, layer_ckpt_bytes=mem.layer_ckpt_bytes,
             stage_mem_bytes=mem.stage_mem_bytes, capacity_bytes=mem.capacity_bytes, in_flight=inflight)
         out.append(capped_memory(c_floor, inst.search.memory_fill_cap, reserve))
