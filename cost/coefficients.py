@@ -1129,7 +1129,7 @@ def _embedding_sync_s(p: float, site: Site, zero: int, per_step: bool, shard: in
 
 
 @dataclass(frozen=True, slots=True)
-class _StageExtras:
+class StageExtras:
     """The stage terms of one configuration that no layer plan changes (build's stage time and
     once-per-step sync, less each plan's layer costs), per micro-batch unless said."""
 
@@ -1145,6 +1145,21 @@ class _StageExtras:
     slow: float  # the slowest rank's extra fraction (cost/scale.py)
 
 
+def distinct_sites(pl: Placement, o: Outer) -> tuple[list[Site], list[int], list[int]]:
+    """(the distinct sites of placement `pl`, where[s]: stage s's index among them, each
+    distinct site's tp). Sites repeat (one object per group): build prices each distinct one
+    once, keyed by identity, since hashing the nested frozen records per stage costs more than
+    the pricing (a pipeline has tens of stages on two or three sites)."""
+    index: dict[int, int] = {}
+    uniq: list[Site] = []
+    for site in pl.sites:
+        if id(site) not in index:
+            index[id(site)] = len(uniq)
+            uniq.append(site)
+    # each stage's tp (Site.tp: a mixed cluster may run a tp per node group)
+    return uniq, [index[id(site)] for site in pl.sites], [site.tp or o.tp for site in uniq]
+
+
 class _OuterParts:
     """What build reads of one configuration alone (`o` on placement `pl`, ring, network,
     reserve): the distinct sites, the in-flight micro-batches, the memory besides each layer
@@ -1157,21 +1172,11 @@ class _OuterParts:
                  "mem", "extras")
 
     def __init__(self, inst: Instance, o: Outer, pl: Placement, reserve_bytes: float):
-        # sites repeat (one object per group): price each distinct one once; keyed by identity,
-        # since hashing the nested frozen records per stage costs more than the pricing
         # `uniq_sites`: the distinct sites, `where[s]` / `at[s]`: stage s's among them, so that
-        # per-stage arrays are gathers (a pipeline has tens of stages on two or three sites)
+        # per-stage arrays are gathers (distinct_sites)
         self.pl, self.dp_n = pl, pl.dp_ranks
-        index: dict[int, int] = {}
-        self.uniq_sites: list[Site] = []
-        for site in pl.sites:
-            if id(site) not in index:
-                index[id(site)] = len(self.uniq_sites)
-                self.uniq_sites.append(site)
-        self.where = [index[id(site)] for site in pl.sites]
+        self.uniq_sites, self.where, self.uniq_tp = distinct_sites(pl, o)
         self.at = np.array(self.where, np.int64)
-        # each stage's tp (Site.tp: a mixed cluster may run a tp per node group)
-        self.uniq_tp = [site.tp or o.tp for site in self.uniq_sites]
         self.tps = [self.uniq_tp[i] for i in self.where]
         pp, mb, v = o.pp, o.num_micro_batches, o.virtual_stages
         inflight = in_flight_micro_batches(pp, mb, v)
@@ -1185,15 +1190,24 @@ class _OuterParts:
         self.inflight = inflight
         self.mem = memory_base(inst, o, self.where, self.uniq_tp, [st.gpu.hbm_bytes for st in self.uniq_sites],
                                self.dp_n, inflight, reserve_bytes)
-        self.extras: _StageExtras | None = None
+        self.extras: StageExtras | None = None
 
 
-def _stage_extras(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency) -> _StageExtras:
-    """_StageExtras of `o` on the parts' placement: the embedding (first stage), output layer
-    and multi-token prediction (last), pipeline hand-offs (every stage), ZeRO-3's root unit and
-    the embedding's sync and step (end stages), the tied copy's all-reduce."""
-    m, pl, pp, dp_n = inst.model, parts.pl, o.pp, parts.dp_n
-    tps = parts.tps
+def placed_extras(inst: Instance, o: Outer, pl: Placement, net: NetEfficiency = NetEfficiency()) -> StageExtras:
+    """build's StageExtras of `o` on placement `pl`: every stage term that reads the placement
+    and no layer plan. The planner's bounds before pricing read them from here
+    (solver/bounds/unpriced.placed_floor_terms): the same function as build, the same floats."""
+    _, where, uniq_tp = distinct_sites(pl, o)
+    return _stage_extras(inst, o, pl, where, [uniq_tp[i] for i in where], net)
+
+
+def _stage_extras(inst: Instance, o: Outer, pl: Placement, where: list[int], tps: list[int],
+                  net: NetEfficiency) -> StageExtras:
+    """StageExtras of `o` on placement `pl` (stage s on its distinct site where[s], at tp
+    tps[s]): the embedding (first stage), output layer and multi-token prediction (last),
+    pipeline hand-offs (every stage), ZeRO-3's root unit and the embedding's sync and step (end
+    stages), the tied copy's all-reduce."""
+    m, pp, dp_n = inst.model, o.pp, pl.dp_ranks
     tp, tp_last = tps[0], tps[-1]
     tokens = o.micro_batch * m.seq_len / o.cp
     emb_io = tokens * m.hidden * BF16_BYTES
@@ -1222,11 +1236,11 @@ def _stage_extras(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficien
     if pp > 1 and (m.tied_embeddings or m.mtp_layers):  # the embedding copy's gradients
         link, inter = pl.tie
         tie = comm.all_reduce_time_s(embedding_params(m) / min(tp, tp_last) * grad_bytes, 2, link, inter, net)
-    return _StageExtras(
+    return StageExtras(
         embedding_s=emb_f + _mem_time_s(3 * emb_io, g0), head_s=head,
         mtp_fixed_s=(_mtp_fixed_s(m, pl.sites[-1], tokens, tp_last, o.sequence_parallel, net)
                      if m.mtp_layers else None),
-        p2p_s=(_pipeline_p2p_s(pl, parts.where, tps, emb_io, o.virtual_stages, o.sequence_parallel, net)
+        p2p_s=(_pipeline_p2p_s(pl, where, tps, emb_io, o.virtual_stages, o.sequence_parallel, net)
                if pl.edges else None),  # every stage of a pipeline touches an edge
         emb_state_params=emb_state_params, zero3_root_s=root,
         end_sync_s={s: _embedding_sync_s(emb_state_params[s], pl.sites[s], o.zero, per_step, shard, dp_n,
@@ -1310,7 +1324,7 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
         return None  # the time terms below would only be dropped (solver/search.problems_for)
 
     if parts.extras is None:
-        parts.extras = _stage_extras(inst, o, parts, net)
+        parts.extras = _stage_extras(inst, o, parts.pl, parts.where, parts.tps, net)
     x = parts.extras
 
     def col(attr: str) -> np.ndarray:
@@ -1358,7 +1372,7 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
     return c if o.zero_bubble is None else zero_bubble.shaped(c, m)
 
 
-def _stage_time(m: ModelSpec, o: Outer, x: _StageExtras, per_stage: list) -> tuple[StageParts, np.ndarray]:
+def _stage_time(m: ModelSpec, o: Outer, x: StageExtras, per_stage: list) -> tuple[StageParts, np.ndarray]:
     """The stage extras of one layer plan (its per-stage layer costs `per_stage`), by name, and
     their sums per stage: embedding (first), final norm + logits + loss (last), p2p (all,
     pp > 1), ZeRO-3's unhidden gathers."""
@@ -1377,7 +1391,7 @@ def _stage_time(m: ModelSpec, o: Outer, x: _StageExtras, per_stage: list) -> tup
     return stage_parts, stage_parts.totals()
 
 
-def _stage_sync(m: ModelSpec, o: Outer, parts: _OuterParts, x: _StageExtras, uniq: list, per_stage: list,
+def _stage_sync(m: ModelSpec, o: Outer, parts: _OuterParts, x: StageExtras, uniq: list, per_stage: list,
                 col) -> np.ndarray:
     """Each stage's once-per-step sync of one layer plan, before its MoE and multi-token
     prediction terms: the last bucket of layer gradients, which cannot hide behind any

@@ -42,9 +42,9 @@ import numpy as np
 
 from paraplan.cost.coefficients import (DENSE_LAYER_FIELDS, MOE_LAYER_FIELDS, dense_layer_floor_s,
                                         dense_prefix_floor_s, layer_time_floor_s, megatron_layer,
-                                        output_layer_floor_s, stage_outer)
+                                        output_layer_floor_s, placed_extras, stage_outer)
 from paraplan.cost.comm import NetEfficiency
-from paraplan.cost.class_coefficients import class_outers, group_site
+from paraplan.cost.class_coefficients import class_outers, class_placement, group_site
 from paraplan.cost.moe import a2a_overlap_applies, dualpipe_applies, pairs_unpipelined_micro_batches
 from paraplan.cost.trust import objective_factors
 from paraplan.cost.specs import PipelineSchedule, ZeroBubble
@@ -261,6 +261,55 @@ def stage_floor_terms(inst, i: int, o, k: int, g: int, layer_plans: bool = False
             f = min(f, opt.fwd_s + opt.bwd_s)
     memo[key] = (f, a0, alast)
     return f, a0, alast
+
+
+# placements placed_floor_terms keeps at most (one per class shape and tp choice: the 8 x 8 row's
+# configurations mostly differ in their stage order, 1,764 placements for 2,000 of them)
+PLACEMENTS_KEPT = 16_384
+
+
+def placed_floor_terms(inst, i: int, o, k: int, co, memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(a, d) per stage of class k of outer `o`, priced as `co` (class_coefficients.class_outers),
+    on scenario i: what build adds, from the class's placement alone, to the stage terms the
+    floors read (stage_floor_terms' a_0 and a_last, coefficients.sync_floor_s' d). a: each
+    stage's pipeline hand-offs, the first stage's embedding, ZeRO-3's root unit outside a
+    pipeline and the last stage's multi-token prediction less its layer, times the slowest
+    rank's wait (build's stage time); d: the end stages' embedding sync and step, the tied
+    copy's all-reduce, and FSDP's root units in a pipeline's fill (every stage). They are
+    build's own numbers (coefficients.placed_extras on class_coefficients.class_placement, the
+    placement pricing uses): none reads the split, the recompute or the schedule, so every
+    completion of the configuration pays them, and added to floors of the other terms the sums
+    stay floors (float rounding apart: the bounds that read them are lowered by their safety
+    margins). On 8 GPU types x 8 nodes (issue 33) they are 0.7-1.6% of an 8-stage pipeline's
+    optimum (hand-offs over the links between groups) and up to 7% where the end stages lead
+    the sync (0.03-0.14 s of embedding sync). Read under 1F1B and interleaved schedules only (a
+    zero-bubble schedule moves and scales the stage terms: zero_bubble.shaped). The placement
+    is kept in `memo` by what it reads (search._placement's key), at most PLACEMENTS_KEPT."""
+    assert o.zero_bubble is None, "a zero-bubble schedule's stage terms are zero_bubble.shaped's"
+    placements = memo.setdefault("placements", {})
+    key = (i, o.tp, o.group_tp, o.cp, o.virtual_stages, o.ep, o.etp, o.classes, k)
+    pl = placements.get(key)
+    if pl is None:
+        if len(placements) >= PLACEMENTS_KEPT:
+            placements.clear()
+        pl = placements[key] = class_placement(inst.scenarios[i].cluster, o, k)
+    x = placed_extras(inst, co, pl)
+    pp = co.pp
+    a = np.zeros(pp) if x.p2p_s is None else np.array(x.p2p_s)
+    a[0] += x.embedding_s
+    if x.zero3_root_s is not None:
+        a += [ag + rs for ag, rs in x.zero3_root_s]
+    if x.mtp_fixed_s is not None:
+        a[-1] += inst.model.mtp_layers * (sum(x.mtp_fixed_s) + x.head_s)
+    d = np.zeros(pp)
+    for s, e in x.end_sync_s.items():
+        d[s] += e
+    if x.fill_root_s is not None:
+        d += sum(x.fill_root_s)
+    if x.tie_s is not None:
+        d[0] += x.tie_s
+        d[-1] += x.tie_s
+    return a * (1 + x.slow), d
 
 
 def floor_layer_terms(memo: dict, i: int, o, g: int):
