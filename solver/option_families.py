@@ -339,11 +339,12 @@ class OptionBounds:
 
         Only at the v whose plain reading can still win is the class read whole (issue 33: on
         32 A100 + 32 H100 with the three options, a quarter of the popped roots' v; the reading
-        took a third of the search): at the others its plain terms stay, a bound there too.
-        The bar only falls, so a v that cannot win now never can, nor can it in the root's
-        partial choices (each reads at least the root's relaxation at each v), and where the
-        root can win its key, the least over v, is that of a v read whole: the keys of every
-        node that can win are those of the whole reading."""
+        took a third of the search): at the others its plain terms stay, each a bound at its v
+        (the floors' A_lo and S_lo are at most the class's own), so the key, the least over v,
+        is a bound of the root's layouts. It is not always the whole reading's: Z = L (M + B /
+        v) / D need not rise as the memory lowers the class's rate (its bubble falls with it),
+        so a v left plain may read above or below its whole reading
+        (tests/mixed/test_optv2_live_v.py prices the layouts set up so)."""
         _, S, dp, counts = root.stage
         live = [bool(can_win(x)) for x in self._relaxed(root, root.state, 0, per_v=True).tolist()]
         d, b = self._stage_class(root.fam, S, counts, dp, live=live)
