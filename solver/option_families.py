@@ -558,15 +558,21 @@ class OptionBounds:
                 d3 + q.slots / node.f3[j] if node.f3 is not None else 0.0)
 
     def _children(self, node: "_Node", can_win) -> list[tuple[int, float]]:
-        """Node's children (one more group's profile chosen) whose bound can win."""
+        """Node's children (one more group's profile chosen) whose bound can win: _relaxed of
+        each, every profile at once (one call per child took a tenth of 32 A100 + 32 H100's
+        search with the options)."""
         j = node.depth
-        out = []
-        for i, q in enumerate(node.levels[j]):
-            state = self._chosen(node, j, i)
-            lb = self._relaxed(node, state, j + 1)
-            if can_win(lb):
-                out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb)))
-        return out
+        states = [self._chosen(node, j, i) for i in range(len(node.levels[j]))]
+        if not states:
+            return []
+        rest = node.rest[j + 1]
+        rd, rb, rp, rdeep, rr, _, rd3, _ = rest
+        d, b, slots, _, deep, reps, _, d3 = (np.array(x) for x in zip(*states))
+        sync = np.stack([self._sync(node.fam, node.zeros, int(r) + rr, self._shallow(state, rest))
+                         for r, state in zip(reps, states)])
+        zz = self._bound(node, d + rd, d3 + rd3, b + rb, slots + rp, deep & rdeep, sync)
+        return [self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb))
+                for i, (state, lb) in enumerate(zip(states, zz.tolist())) if can_win(lb)]
 
     def _leaves(self, node: "_Node", can_win) -> list[tuple[int, float]]:
         """(node, bound) of `node` completed by each of the last group's profiles whose bound
