@@ -399,8 +399,7 @@ class OptionBounds:
         for j in reversed(range(len(ways))):
             d, b, p, deep, r, sh, d3, some = rest[0]
             top, least_b, least_p, some_deep, least_r, most_sh = self._summary(ways[j])[1]
-            deepest = max((q.shallow for q in levels[j] if math.isfinite(q.shallow)), default=0.0)
-            top_d, least_bb = np.maximum.reduce([x[0] for x in rates[j]]), np.minimum.reduce([x[1] for x in rates[j]])
+            top_d, least_bb, deepest = self._spread(levels[j], rates[j])
             rest.insert(0, (d + top_d, b + least_bb,
                             p + least_p, deep and some_deep, r + least_r,
                             min(sh, most_sh), d3 + top / f3[j] if f3 is not None else 0.0, max(some, deepest)))
@@ -411,6 +410,18 @@ class OptionBounds:
                      rates, raised, state[:2])
         node.bound = self._relaxed(node, state, 0)
         return node
+
+    def _spread(self, levels: list[_Profile], rates: list[tuple]) -> tuple:
+        """(the most D, the least B over a group's profiles `levels`, each v's, and the most
+        stages of their shallowest classes), once per list of `rates` (_rates: thousands of a
+        mixed family's roots share each group's fill; issue 33, with per-operator partitions
+        a sixth of 32 A100 + 32 H100's option keys)."""
+        got = self.ways.get(("spread", id(rates)))
+        if got is None or got[0] is not rates:
+            deepest = max((q.shallow for q in levels if math.isfinite(q.shallow)), default=0.0)
+            got = self.ways["spread", id(rates)] = (rates, (np.maximum.reduce([x[0] for x in rates]),
+                                                            np.minimum.reduce([x[1] for x in rates]), deepest))
+        return got[1]
 
     def _rates(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
                raised=None, ranks: int | None = None, first: bool = False) -> list[tuple]:
