@@ -241,11 +241,11 @@ class OptionBounds:
         return got
 
     # -- the bound ------------------------------------------------------------------------
-    def _z(self, d, b, slots, deep, sync=0.0) -> np.ndarray:
+    def _z(self, d, b, slots, deep, sync=0.0, per_v: bool = False) -> np.ndarray:
         """Per micro-batch size (leading axes kept): the module's Z plus `sync`, aggregated over
-        scenarios, the least over the v of OptionBounds.vs. d, b: (..., v, mbs, scenarios), each
-        v's D and B (b inf: no layout read runs that v); sync: (..., mbs, scenarios) or 0;
-        slots, deep: (...) broadcastable."""
+        scenarios, the least over the v of OptionBounds.vs (`per_v`: each v's, a last axis
+        over them). d, b: (..., v, mbs, scenarios), each v's D and B (b inf: no layout read
+        runs that v); sync: (..., mbs, scenarios) or 0; slots, deep: (...) broadcastable."""
         fb, M, L, v = self.fb, self.M, self.L, self.vcol
         slots = np.asarray(slots, float)[..., None, None, None]
         deep = np.asarray(deep)[..., None, None, None]
@@ -255,7 +255,7 @@ class OptionBounds:
         sync = np.asarray(sync, float)
         z = np.where(np.isnan(z) | (z < 0), np.inf, z) + (sync[..., None, :, :] if sync.ndim >= 2 else sync)
         per = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)  # (..., v, mbs)
-        return per.min(axis=(-2, -1))
+        return per.min(axis=-1) if per_v else per.min(axis=(-2, -1))
 
     def family_bound(self, fam: OptionFamily) -> float:
         """At most every layout's bound of the family: a replica family's root's; of a mixed
@@ -303,7 +303,7 @@ class OptionBounds:
         node = self.nodes[x]
         self.nodes[x] = None  # expanded once
         if node.plain:  # a mixed root keyed on its stage-wise class's plain floors: read it whole
-            node = self._whole(node)
+            node = self._whole(node, can_win)
             if not can_win(node.bound):
                 return [], []
             if node.bound > self._keyed_at[x]:  # back on the heap at its raised key
@@ -330,14 +330,24 @@ class OptionBounds:
         self._keyed_at.append(node.bound)
         return len(self.nodes) - 1, node.bound
 
-    def _whole(self, root: "_Node") -> "_Node":
+    def _whole(self, root: "_Node", can_win=lambda lb: True) -> "_Node":
         """A mixed root keyed on its stage-wise class's plain floors (_mixed_roots: read whole
         for each of the family's thousands of roots, the class's terms took most of the family's
         set-up, while most roots never come up) with the class read whole (_stage_class) and
         its bound read again: each key is a bound of the root's layouts, the plain one too (the
-        floors' A_lo and S_lo are at most the class's own)."""
+        floors' A_lo and S_lo are at most the class's own).
+
+        Only at the v whose plain reading can still win is the class read whole (issue 33: on
+        32 A100 + 32 H100 with the three options, a quarter of the popped roots' v; the reading
+        took a third of the search): at the others its plain terms stay, each a bound at its v
+        (the floors' A_lo and S_lo are at most the class's own), so the key, the least over v,
+        is a bound of the root's layouts. It is not always the whole reading's: Z = L (M + B /
+        v) / D need not rise as the memory lowers the class's rate (its bubble falls with it),
+        so a v left plain may read above or below its whole reading
+        (tests/mixed/test_optv2_live_v.py prices the layouts set up so)."""
         _, S, dp, counts = root.stage
-        d, b = self._stage_class(root.fam, S, counts, dp)
+        live = [bool(can_win(x)) for x in self._relaxed(root, root.state, 0, per_v=True).tolist()]
+        d, b = self._stage_class(root.fam, S, counts, dp, live=live)
         state = (d, b + np.zeros_like(root.state[1]), *root.state[2:7], d)
         node = dataclasses.replace(root, state=state, base=(d, b), plain=False)
         node.bound = self._relaxed(node, state, 0)
@@ -389,8 +399,7 @@ class OptionBounds:
         for j in reversed(range(len(ways))):
             d, b, p, deep, r, sh, d3, some = rest[0]
             top, least_b, least_p, some_deep, least_r, most_sh = self._summary(ways[j])[1]
-            deepest = max((q.shallow for q in levels[j] if math.isfinite(q.shallow)), default=0.0)
-            top_d, least_bb = np.maximum.reduce([x[0] for x in rates[j]]), np.minimum.reduce([x[1] for x in rates[j]])
+            top_d, least_bb, deepest = self._spread(levels[j], rates[j])
             rest.insert(0, (d + top_d, b + least_bb,
                             p + least_p, deep and some_deep, r + least_r,
                             min(sh, most_sh), d3 + top / f3[j] if f3 is not None else 0.0, max(some, deepest)))
@@ -401,6 +410,18 @@ class OptionBounds:
                      rates, raised, state[:2])
         node.bound = self._relaxed(node, state, 0)
         return node
+
+    def _spread(self, levels: list[_Profile], rates: list[tuple]) -> tuple:
+        """(the most D, the least B over a group's profiles `levels`, each v's, and the most
+        stages of their shallowest classes), once per list of `rates` (_rates: thousands of a
+        mixed family's roots share each group's fill; issue 33, with per-operator partitions
+        a sixth of 32 A100 + 32 H100's option keys)."""
+        got = self.ways.get(("spread", id(rates)))
+        if got is None or got[0] is not rates:
+            deepest = max((q.shallow for q in levels if math.isfinite(q.shallow)), default=0.0)
+            got = self.ways["spread", id(rates)] = (rates, (np.maximum.reduce([x[0] for x in rates]),
+                                                            np.minimum.reduce([x[1] for x in rates]), deepest))
+        return got[1]
 
     def _rates(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
                raised=None, ranks: int | None = None, first: bool = False) -> list[tuple]:
@@ -445,7 +466,7 @@ class OptionBounds:
         if raised is None and first:
             rate, bubble = self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most)
             kept = kept_share(self.recompute, fam.tp, fam.cp)
-            each = [(rate, bubble) if v == 1 else (rate, kept * bubble) if runs_v(self.inst, pp, v) else
+            each = [(rate, bubble) if v == 1 else (rate, kept * bubble) if runs_v(self.recompute, pp, v) else
                     (np.zeros(rate.shape), np.full(rate.shape, np.inf)) for v in self.vs]
         elif raised is None:
             each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) for v in self.vs]
@@ -453,7 +474,7 @@ class OptionBounds:
             f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised)
             kept = kept_share(self.recompute, fam.tp, fam.cp)
             each = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
-                    (pp / f, kept * (pp - 1.0)) if runs_v(self.inst, pp, v) else
+                    (pp / f, kept * (pp - 1.0)) if runs_v(self.recompute, pp, v) else
                     (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
         return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
 
@@ -509,14 +530,14 @@ class OptionBounds:
             return self.ways[key]
         return fits
 
-    def _bound(self, node: "_Node", d, d3, b, slots, deep, sync) -> np.ndarray:
+    def _bound(self, node: "_Node", d, d3, b, slots, deep, sync, per_v: bool = False) -> np.ndarray:
         """node.factor times the module's Z plus `sync` on the floors (D = d), or, for a root
         whose layouts may run ZeRO-3 without a pipeline, the lesser of that and Z on the floors
         ZeRO-3 raises (D = d3, no sync: option_sync.SyncFloor.zero3_layer_s) at ZeRO-3. Arrays
-        as _z's."""
-        z = self._z(d, b, slots, deep, sync)
+        as _z's (`per_v`: each v's)."""
+        z = self._z(d, b, slots, deep, sync, per_v)
         if node.f3 is not None:
-            z = np.minimum(z, self._z(d3, b, slots, deep))
+            z = np.minimum(z, self._z(d3, b, slots, deep, per_v=per_v))
         return node.factor * z
 
     @staticmethod
@@ -527,13 +548,15 @@ class OptionBounds:
         sh = min(state[6], rest[5])
         return min(sh, rest[7]) if state[3] < 2 else sh
 
-    def _relaxed(self, node: "_Node", state, j: int) -> float:
-        """The bound of `state` (the first j groups chosen) with the groups from j relaxed."""
+    def _relaxed(self, node: "_Node", state, j: int, per_v: bool = False):
+        """The bound of `state` (the first j groups chosen) with the groups from j relaxed
+        (`per_v`: each v's, an array over OptionBounds.vs)."""
         d, b, slots, _, deep, reps, _, d3 = state
         rest = node.rest[j]
         rd, rb, rp, rdeep, rr, _, rd3, _ = rest
         sync = self._sync(node.fam, node.zeros, reps + rr, self._shallow(state, rest))
-        return float(self._bound(node, d + rd, d3 + rd3, b + rb, slots + rp, deep and rdeep, sync))
+        got = self._bound(node, d + rd, d3 + rd3, b + rb, slots + rp, deep and rdeep, sync, per_v)
+        return got if per_v else float(got)
 
     @staticmethod
     def _chosen(node: "_Node", j: int, i: int) -> tuple:
@@ -546,15 +569,21 @@ class OptionBounds:
                 d3 + q.slots / node.f3[j] if node.f3 is not None else 0.0)
 
     def _children(self, node: "_Node", can_win) -> list[tuple[int, float]]:
-        """Node's children (one more group's profile chosen) whose bound can win."""
+        """Node's children (one more group's profile chosen) whose bound can win: _relaxed of
+        each, every profile at once (one call per child took a tenth of 32 A100 + 32 H100's
+        search with the options)."""
         j = node.depth
-        out = []
-        for i, q in enumerate(node.levels[j]):
-            state = self._chosen(node, j, i)
-            lb = self._relaxed(node, state, j + 1)
-            if can_win(lb):
-                out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb)))
-        return out
+        states = [self._chosen(node, j, i) for i in range(len(node.levels[j]))]
+        if not states:
+            return []
+        rest = node.rest[j + 1]
+        rd, rb, rp, rdeep, rr, _, rd3, _ = rest
+        d, b, slots, _, deep, reps, _, d3 = (np.array(x) for x in zip(*states))
+        sync = np.stack([self._sync(node.fam, node.zeros, int(r) + rr, self._shallow(state, rest))
+                         for r, state in zip(reps, states)])
+        zz = self._bound(node, d + rd, d3 + rd3, b + rb, slots + rp, deep & rdeep, sync)
+        return [self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb))
+                for i, (state, lb) in enumerate(zip(states, zz.tolist())) if can_win(lb)]
 
     def _leaves(self, node: "_Node", can_win) -> list[tuple[int, float]]:
         """(node, bound) of `node` completed by each of the last group's profiles whose bound
@@ -616,7 +645,7 @@ class OptionBounds:
             yield fields, (ClassShape(replicas=dp, stage_groups=stages),) + replicas
 
     def _stage_class(self, fam: OptionFamily, S: tuple, counts: tuple, dp: int, ranks: int | None = None,
-                     plain: bool = False) -> tuple:
+                     plain: bool = False, live: list | None = None) -> tuple:
         """(D, B), each (v, micro-batch sizes, scenarios) over OptionBounds.vs, that a mixed
         layout's stage-wise class of dp replicas, counts[i] stages on S[i], adds at each v: D =
         dp R, R = L / A_lo the least of the floors' (sum_g c_g / f_g) and of the memory its
@@ -627,38 +656,67 @@ class OptionBounds:
         its last stage's output layer, option_recompute.RecomputeFloor.head_s), at v > 1 times
         option_recompute.kept_share. A v the class cannot run (option_recompute.runs_v): no D,
         B inf. Where the framework runs zero-bubble schedules, v > 1 reads the floors' R
-        alone, and so does every v with `plain` (a mixed root's first key, _mixed_roots). `ranks`:
-        the ZeRO ranks its layouts have at most (_at_ranks), else every stage slot of the groups
-        used times cp."""
-        key = ("stage class", S, counts, fam.tp, fam.cp, ranks, plain)  # per replica: dp scales it
+        alone, and so does every v with `plain` (a mixed root's first key, _mixed_roots), and
+        every v that `live` (a bool per v) leaves out and no earlier call read (_whole): each
+        memory reading only raises A_lo, so each is a bound. `ranks`: the ZeRO ranks its
+        layouts have at most (_at_ranks), else every stage slot of the groups used times cp
+        (the memo is keyed by those ranks, not by the groups used: a stage-wise class through S
+        is in the families of every superset of S, whose ranks differ)."""
+        groups = self.inst.cluster.groups
+        most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+        key = ("stage class", S, counts, fam.tp, fam.cp, most)  # per replica: dp scales it
         got = self.ways.get(key)
         if got is None:
-            inst, groups, L = self.inst, self.inst.cluster.groups, self.L
-            most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
-            floors = [self.fb.floor(g, fam.tp, fam.cp) for g in S]
-            rate_lo = sum(c / f for c, f in zip(counts, floors))
-            least = L * np.minimum.reduce(floors) + np.minimum.reduce([self.recompute.head_s(g, fam.tp, fam.cp)
-                                                                        for g in S])
-            pp = sum(counts)
-            runs = [v for v in self.vs if v == 1 or runs_v(inst, pp, v)]
-            read = [] if plain else [v for v in runs if v == 1 or not zero_bubble_runs(inst)]
-            slowest = dict(zip(read, stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp,
-                                                           self.pipe_zeros, most, tuple(read)) if read else ()))
-            kept = kept_share(self.recompute, fam.tp, fam.cp)
-            rates, bubbles = [], []
-            for v in self.vs:
-                if v not in runs:
-                    rates.append(np.zeros(rate_lo.shape))
-                    bubbles.append(np.full(rate_lo.shape, np.inf))
-                    continue
-                with np.errstate(divide="ignore"):
-                    rate = np.minimum(rate_lo, L / slowest[v]) if v in slowest else rate_lo
-                    if v > 1:
-                        rate = np.minimum(rate, L * pp / least)
-                rates.append(rate)
-                bubbles.append((kept if v > 1 else 1.0) * (least * rate / L - 1))
-            got = self.ways[key] = (np.stack(rates), np.stack(bubbles))
-        return dp * got[0], dp * got[1]
+            got = self.ways[key] = self._stage_class_plain(fam, S, counts)
+        if not plain:
+            self._stage_class_read(fam, S, counts, most, got, live)
+        rates, bubbles = got["plain"] if plain else got["whole"]
+        return dp * rates, dp * bubbles
+
+    def _stage_class_plain(self, fam: OptionFamily, S: tuple, counts: tuple) -> dict:
+        """_stage_class's memo entry: its terms on the floors alone at every v ("plain"), the
+        same to be raised v by v by the memory its groups hold ("whole"), the v read so far
+        ("read": those the memory does not raise are read from the start), and what reading
+        one needs (the least sum S_lo, the kept share, the plain rates)."""
+        inst, L = self.inst, self.L
+        floors = [self.fb.floor(g, fam.tp, fam.cp) for g in S]
+        rate_lo = sum(c / f for c, f in zip(counts, floors))
+        least = L * np.minimum.reduce(floors) + np.minimum.reduce([self.recompute.head_s(g, fam.tp, fam.cp)
+                                                                    for g in S])
+        pp = sum(counts)
+        kept = kept_share(self.recompute, fam.tp, fam.cp)
+        rates, bubbles, read = [], [], []
+        for v in self.vs:
+            runs = v == 1 or runs_v(self.recompute, pp, v)
+            read.append(not runs or v > 1 and zero_bubble_runs(inst))
+            if not runs:
+                rates.append(np.zeros(rate_lo.shape))
+                bubbles.append(np.full(rate_lo.shape, np.inf))
+                continue
+            rate = np.minimum(rate_lo, L * pp / least) if v > 1 else rate_lo
+            rates.append(rate)
+            bubbles.append((kept if v > 1 else 1.0) * (least * rate / L - 1))
+        plain = (np.stack(rates), np.stack(bubbles))
+        return {"plain": plain, "whole": (plain[0].copy(), plain[1].copy()), "read": read, "least": least,
+                "kept": kept}
+
+    def _stage_class_read(self, fam: OptionFamily, S: tuple, counts: tuple, most: int, got: dict,
+                          live: list | None) -> None:
+        """Raise got["whole"] (_stage_class_plain) by the memory the class's groups hold at
+        every v `live` marks (None: every v) not read yet."""
+        want = [v for i, v in enumerate(self.vs) if not got["read"][i] and (live is None or live[i])]
+        if not want:
+            return
+        L = self.L
+        slowest = stage_class_slowest_s(self.recompute, dict(zip(S, counts)), fam.tp, fam.cp, self.pipe_zeros,
+                                        most, tuple(want))
+        rates, bubbles = got["whole"]
+        for v, each in zip(want, slowest):
+            i = self.vs.index(v)
+            with np.errstate(divide="ignore"):
+                rates[i] = np.minimum(got["plain"][0][i], L / each)
+            bubbles[i] = (got["kept"] if v > 1 else 1.0) * (got["least"] * rates[i] / L - 1)
+            got["read"][i] = True
 
     def _mixed_roots(self, fam: OptionFamily):
         """The mixed family's roots, in class_layouts._mixed_shapes' order: per subset S, dp and

@@ -331,7 +331,7 @@ class RecomputeFloor:
             return got
         f = self.fb.floor(g, tp, cp)
         L = float(self.inst.model.layers)
-        if v > 1 and not runs_v(self.inst, pp, v):
+        if v > 1 and not runs_v(self, pp, v):
             got = self.memo[key] = (np.zeros(f.shape), np.full(f.shape, np.inf))
             return got
         kept = kept_share(self, tp, cp) if v > 1 else 1.0
@@ -351,7 +351,7 @@ class RecomputeFloor:
             least = L * f / pp
             slowest = np.full(f.shape, np.inf)
             if v > 1:  # every v > 1 of the class in one pass: the class's other v read next
-                self._slowest_rows([x for w in interleavings(self.inst, pp)
+                self._slowest_rows([x for w in interleavings(self, pp)
                                     for per_mb in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, w)
                                     for x in per_mb], no_rc)
             self._slowest_rows([x for per_mb in rows for x in per_mb], no_rc)
@@ -486,15 +486,22 @@ def chunk_counts(layers: int, stages: int, v: int, first: frozenset, last: froze
     return out
 
 
-def interleavings(inst, pp: int) -> list[int]:
+def interleavings(rc: RecomputeFloor, pp: int) -> tuple[int, ...]:
     """The v > 1 a class of pp stages may run (space.virtual_stage_values for that class alone:
-    every layout holding it lists only such v)."""
-    return [v for v in virtual_stage_values(inst, [ClassShape(replicas=1, stage_groups=(0,) * pp)]) if v > 1]
+    every layout holding it lists only such v), once per pp in rc's memo (the option keys ask it
+    tens of thousands of times on 32 A100 + 32 H100)."""
+    key = ("interleavings", pp)
+    got = rc.memo.get(key)
+    if got is None:
+        got = rc.memo[key] = tuple(v for v in virtual_stage_values(rc.inst, [ClassShape(replicas=1,
+                                                                                        stage_groups=(0,) * pp)])
+                                   if v > 1)
+    return got
 
 
-def runs_v(inst, pp: int, v: int) -> bool:
+def runs_v(rc: RecomputeFloor, pp: int, v: int) -> bool:
     """Whether a class of pp stages may run v (interleavings; v = 1 always)."""
-    return v == 1 or v in interleavings(inst, pp)
+    return v == 1 or v in interleavings(rc, pp)
 
 
 def zero_bubble_runs(inst) -> bool:
