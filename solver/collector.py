@@ -8,7 +8,7 @@ command's peak memory grows by under 1% (solver/commands/cli.py sets it for the 
 before its imports). A search called from Python (solver/search.search, as the growth rows
 and the library's callers run it) reads it while it runs (fewer_collections): on Llama-3 70B
 over 4 GPU types x 16 nodes the collector took 1.2-1.35 s of the search's 17 s of CPU at the
-default thresholds (nine full collections), 0.43 s at this one, with the same peak memory
+default thresholds (nine full collections), 0.49 s at this one, with the same peak memory
 (0.28 GiB; issue 33). The collector's work changes no result: it frees only what nothing
 reaches.
 """
