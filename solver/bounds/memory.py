@@ -89,25 +89,19 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     def most_layers(*args) -> int:
         got = nmax.get(args)
         if got is None:
-            base, state, ckpt = stage_terms(*args[:-1])
-            got = nmax[args] = layers_within(base, state + args[-1] * ckpt, capacity[args[0]], L)
+            got = nmax[args] = _most_layers(*args)
         return got
 
-    def stage_terms(g: int, tp: int, cp: int, pp: int, dp: int, b: int, sp: bool, zero: int, ranks: int,
-                    first: bool, last: bool) -> tuple[float, float, float]:
-        """LB_s(n) of the module docstring for a stage on group g, as (its terms without the
-        layers, a layer's state, its checkpoint per micro-batch in flight): they do not read
-        the in-flight count, which each stage of a pipeline has its own of."""
-        key = ("terms", g, tp, cp, pp, dp, b, sp, zero, ranks, first, last)
-        got = nmax.get(key)
-        if got is None:
-            every, logits, state, ckpt = micro_batch_lower_bound_terms(
-                inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b, sp=sp, zero=zero, zero_ranks=ranks)
-            # as build: the first stage's entry holds the output layer too on a one-stage pipeline
-            embedding = (memory.embedding_state_bytes(inst.model, tp, zero, ranks, first, last, layout)
-                         if first or last else 0.0)
-            got = nmax[key] = (every + embedding + (logits if last else 0.0), state, ckpt)
-        return got
+    def _most_layers(g: int, tp: int, cp: int, pp: int, dp: int, b: int, sp: bool, zero: int, ranks: int,
+                     first: bool, last: bool, in_flight: float) -> int:
+        """nmax of the module docstring for a stage on group g (at most L)."""
+        every, logits, state, ckpt = micro_batch_lower_bound_terms(
+            inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b, sp=sp, zero=zero, zero_ranks=ranks)
+        # as build: the first stage's entry holds the output layer too on a one-stage pipeline
+        embedding = (memory.embedding_state_bytes(inst.model, tp, zero, ranks, first, last, layout)
+                     if first or last else 0.0)
+        return layers_within(every + embedding + (logits if last else 0.0), state + in_flight * ckpt,
+                             capacity[g], L)
 
     def refused(o, c, co, ranks: int) -> bool:
         def held(g: int, first: bool, last: bool, in_flight: float) -> int:
