@@ -84,6 +84,7 @@ from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.trust import objective_factor_of
 from paraplan.formulations.multiclass import MultiClassProblem, MultiClassResult
 from paraplan.solver import memory_tiers
+from paraplan.solver.collector import fewer_collections
 from paraplan.solver.partition_plans import enabled as partitions_enabled
 from paraplan.solver.bounds import memory as memory_bound, one_class
 from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, over_m
@@ -735,12 +736,14 @@ def search(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,
     memory fill read exactly (solver/memory_tiers.py: the relaxation, which settles it in one
     search wherever its plan is valued at its own factor, else the memory tiers apart): the
     returned plan is valued at its own tier (memory_tiers.plan_tier) and re-simulated there.
-    Arguments as _search_tier's."""
-    return memory_tiers.search_tiers(
-        inst, lambda t, left, ceiling_s: _search_tier(t, backend, left, objective, families, groups, uniform,
-                                                      warm_plan, progress, threads, resimulate, winners,
-                                                      within_pct, ceiling_s),
-        time_limit_s, winners, within_pct)
+    Arguments as _search_tier's. The garbage collector runs less often meanwhile
+    (solver/collector.fewer_collections)."""
+    with fewer_collections():
+        return memory_tiers.search_tiers(
+            inst, lambda t, left, ceiling_s: _search_tier(t, backend, left, objective, families, groups, uniform,
+                                                          warm_plan, progress, threads, resimulate, winners,
+                                                          within_pct, ceiling_s),
+            time_limit_s, winners, within_pct)
 
 
 def _search_tier(inst: Instance, backend: str = "cpsat", time_limit_s: float = 60.0,

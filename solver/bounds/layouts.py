@@ -149,10 +149,9 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
         rb = stage_bound_rows(inst, rows, idx, agg, weights, memo, layer_memo, per_mode, ceiling_s)
         np.minimum.at(out, np.array(row_owner, np.int64), rb)
         if per_block is not None:
-            for i, blk, lb in zip(row_owner, rows, rb.tolist()):
-                per_block[representative_key(i, blk)] = lb
-            for (bi, zero, v), lb in (per_mode or {}).items():
-                per_block[(*representative_key(row_owner[bi], rows[bi]), zero, v)] = lb
+            keys = [representative_key(i, blk) for i, blk in zip(row_owner, rows)]
+            per_block.update(zip(keys, rb.tolist()))
+            per_block.update(((*keys[bi], zero, v), lb) for (bi, zero, v), lb in (per_mode or {}).items())
     return out
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import gc
 
-# A command allocates many small objects that live on (the imported modules' tables, the
-# search's configurations and memos) and creates few reference cycles, so CPython's default
-# young-generation collection every 700 allocations is mostly wasted work; collected every
-# 100,000, the command's peak memory grows by under 1%. Set before the imports below, so that
-# they collect at it too.
-GC_YOUNG_THRESHOLD = 100_000
-gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+from paraplan.solver.collector import collect_less
+
+# the collector's young generation at solver/collector.YOUNG_THRESHOLD for the whole command
+# (its docstring says why), set before the imports below, so that they collect at it too
+collect_less()
 
 import argparse
 import sys
