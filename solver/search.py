@@ -111,9 +111,12 @@ OBJECTIVES = ("nominal", "robust", "expected")
 # exact solves start; beyond these, each exact solve is its own incumbent.
 INCUMBENT_PROBES = 64
 # with layer plans, the all-Megatron configurations of least bound priced at once as their
-# layouts are listed, for an incumbent (the dive, _Search._list_layouts); and as many of a
-# stage family's tp choice that its joint key pushes back (_Search._dive), by their own bounds
+# layouts are listed, for an incumbent (the dive, _Search._list_layouts)
 DIVE_OUTERS = 8
+# the configurations of least own bound priced at once of a stage family's tp choice that its
+# joint key pushes back (_Search._dive). 8 x 8 at 30 s of CPU: 2.2113 s at p90 with 8, 2.2079 s
+# with 32 (the same choice's better orders); the four-type growth row prices 72 and 84
+DIVE_CHOICE_OUTERS = 32
 # configurations priced at a time (in the order of their bound before pricing): large enough
 # that the pricing loop runs alone, small enough not to price many that cannot win. The chunks
 # start at FIRST_PRICE_CHUNK and double up to PRICE_CHUNK, so that a first plan (the quick
@@ -1478,17 +1481,17 @@ class _Search:
 
     def _dive(self, raised: list[_Choice]) -> list[_Choice]:
         """Of tp choices `raised`, whose joint keys pushed them back (_open_family), the one
-        of least key set up now, its partial layouts listed and their DIVE_OUTERS
+        of least key set up now, its partial layouts listed and their DIVE_CHOICE_OUTERS
         configurations of least own bound priced and probed (_list_layouts' dive), for an
         incumbent; the others, to push back. The joint key is the tightest a choice reads
         before pricing, so a choice it raises least is where a good plan is likely; best
         first reaches it only after every node of a looser key below it: on the four-type
         growth row the choice holding the optimum (7.190 s at p90) was keyed 6.868 s, raised
         to 7.071 s, and set up after 390 pops, the incumbent 9.188 s until then (126
-        configurations priced; 106 before the joint keys; 72 with the dive, which finds the
+        configurations priced; 106 before the joint keys; 84 with the dive, which finds the
         optimum at once). On 8 types x 8 nodes the choice of the best plan known (2.21 s) was
         raised from 2.03 to 2.15 s, past the least key 30 s of CPU reach (2.10 s); dived, it
-        gave 2.211 s after 11 s of CPU. The order of the search changes, not its answer nor
+        gave 2.208 s after 16 s of CPU. The order of the search changes, not its answer nor
         its proof: every node, the choice's layouts and configurations included, keeps its own
         key and is pruned only by it (the bar only falls), and each plan offered is priced and
         valued as the search's own (probe)."""
@@ -1581,7 +1584,8 @@ class _Search:
             pick = order
         else:
             pick = sorted(order, key=lambda j: (float(floors[j - start]), self.floor[j])) if dive else []
-        dived = [j for j in pick[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+        dived = [j for j in pick[:DIVE_CHOICE_OUTERS if dive else DIVE_OUTERS]
+                 if self.can_win((float(self.floor[j]), self.rank[j], 0))]
         self._push(_Unpriced([j], (float(self.floor[j]), -1, -1), late=late[j - start])
                    for j in order if j not in dived)
         if self.partitions:

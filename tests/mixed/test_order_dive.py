@@ -55,7 +55,7 @@ def test_the_dive_finds_the_growth_rows_optimum_first(monkeypatch):
     """The four-type growth row (4 nodes a type): its first dive that prices a configuration
     offers the optimum itself (7.190 s at p90 when written; the dive's choice holds it), where
     the incumbent before it was more than 20% slower (9.244 s), so the search prices fewer
-    configurations than without the dive (72 against 126 when written), and proves the same
+    configurations than without the dive (84 against 126 when written), and proves the same
     plan. The optimum is the search's own proved answer (test_the_dive_keeps_the_answer: the
     same without the dive)."""
     inst = growth_instance(4)
