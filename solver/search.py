@@ -114,6 +114,10 @@ INCUMBENT_PROBES = 64
 # with layer plans, the all-Megatron configurations of least bound priced at once as their
 # layouts are listed, for an incumbent (the dive, _Search._list_layouts)
 DIVE_OUTERS = 8
+# the configurations of least own bound priced at once of a stage family's tp choice that its
+# joint key pushes back (_Search._dive). 8 x 8 at 30 s of CPU: 2.2113 s at p90 with 8, 2.2079 s
+# with 32 (the same choice's better orders); the four-type growth row prices 72 and 84
+DIVE_CHOICE_OUTERS = 32
 # configurations priced at a time (in the order of their bound before pricing): large enough
 # that the pricing loop runs alone, small enough not to price many that cannot win. The chunks
 # start at FIRST_PRICE_CHUNK and double up to PRICE_CHUNK, so that a first plan (the quick
@@ -1476,16 +1480,42 @@ class _Search:
                 raised.append(ch)
         back = {id(ch) for ch in raised}
         got = [ch for ch in got if id(ch) not in back]
-        return self._kept(raised) + (lazy.set_up(got, bound_wins) if got else [])
+        return self._dive(self._kept(raised)) + (lazy.set_up(got, bound_wins) if got else [])
 
-    def _list_layouts(self, got: list[_Partial]) -> None:
+    def _dive(self, raised: list[_Choice]) -> list[_Choice]:
+        """Of tp choices `raised`, whose joint keys pushed them back (_open_family), the one
+        of least key set up now, its partial layouts listed and their DIVE_CHOICE_OUTERS
+        configurations of least own bound priced and probed (_list_layouts' dive), for an
+        incumbent; the others, to push back. The joint key is the tightest a choice reads
+        before pricing, so a choice it raises least is where a good plan is likely; best
+        first reaches it only after every node of a looser key below it: on the four-type
+        growth row the choice holding the optimum (7.190 s at p90) was keyed 6.868 s, raised
+        to 7.071 s, and set up after 390 pops, the incumbent 9.188 s until then (126
+        configurations priced; 106 before the joint keys; 84 with the dive, which finds the
+        optimum at once). On 8 types x 8 nodes the choice of the best plan known (2.21 s) was
+        raised from 2.03 to 2.15 s, past the least key 30 s of CPU reach (2.10 s); dived, it
+        gave 2.208 s after 16 s of CPU. The order of the search changes, not its answer nor
+        its proof: every node, the choice's layouts and configurations included, keeps its own
+        key and is pruned only by it (the bar only falls), and each plan offered is priced and
+        valued as the search's own (probe)."""
+        if not raised:
+            return raised
+        first = min(raised, key=lambda ch: ch.key)
+        nodes = self.lazy.set_up([first], lambda lb: self.can_win((lb, -1, -1)))
+        got = self._kept(nodes, [(lb, -1, -1) for lb in _Partial.tighten(self, nodes)])
+        if got:
+            self._list_layouts(got, dive=True)
+        return [ch for ch in raised if ch is not first]
+
+    def _list_layouts(self, got: list[_Partial], dive: bool = False) -> None:
         """The outers of partial layouts `got` appended (with their ranks), bounded before
         pricing, each pushed as one unpriced node keyed by that bound. Those that cannot beat
         the bar with any key now never will (the bar only falls) and are counted pruned, not
         pushed: a stage-wise block whose representative's bound (or, read with its syncs, whose
         bound for an outer's ZeRO stage and v) lies past the bar's tie band is not listed at all,
         an outer whose own key cannot win not pushed (as _price_chunk would prune it when
-        popped); each listed outer keeps the rank of its place in its layout."""
+        popped); each listed outer keeps the rank of its place in its layout. With layer
+        plans, and for a dived tp choice (`dive`, _dive), a few are priced now instead (below)."""
         lazy, outers = self.lazy, self.outers
         self.listed_partials += len(got)
         start = len(outers)
@@ -1550,13 +1580,23 @@ class _Search:
         # quick incumbent its optimum) sat listed, unpriced. Each is priced as its own chunk
         # would price it; the order of the search changes, not its answer: every node is still
         # pruned only by its own bound.
-        dive = ([j for j in order[:DIVE_OUTERS] if self.can_win((float(self.floor[j]), self.rank[j], 0))]
-                if self.partitions else [])
-        self._push(_Unpriced([j], (float(self.floor[j]), -1, -1), late=late[j - start]) for j in order if j not in dive)
+        # A dived tp choice (_dive): its configurations' keys are all raised to the choice's
+        # key, which does not tell them apart, so they are taken by their own bounds before
+        # pricing, and priced as a chunk would price them (_price_outers)
+        if self.partitions:
+            pick = order
+        else:
+            pick = sorted(order, key=lambda j: (float(floors[j - start]), self.floor[j])) if dive else []
+        dived = [j for j in pick[:DIVE_CHOICE_OUTERS if dive else DIVE_OUTERS]
+                 if self.can_win((float(self.floor[j]), self.rank[j], 0))]
+        self._push(_Unpriced([j], (float(self.floor[j]), -1, -1), late=late[j - start])
+                   for j in order if j not in dived)
         if self.partitions:
             self._push(self._plan_nodes(js, carried))
-            if dive:
-                self._price_and_probe(dive)
+            if dived:
+                self._price_and_probe(dived)
+        elif dived:
+            self._price_outers(dived)
 
     def _plan_nodes(self, js: list[int], carried: list[float]) -> list[_PlanNode]:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of
@@ -1603,8 +1643,10 @@ class _Search:
     def _price_chunk(self, cand: _Unpriced) -> None:
         """Price the chunk's outers that can still win, probe them for incumbents, and push
         those a lone class's bound does not settle (_settle_alone)."""
-        if self.lazy is not None:
-            cand = self.gather(cand)
+        self._price_outers(self.gather(cand).outers if self.lazy is not None else cand.outers)
+
+    def _price_outers(self, outers: list[int]) -> None:
+        """Outers `outers` priced and probed, less those that cannot win or fit (below)."""
         # the chunk is keyed by the least of its bounds before pricing; an outer whose
         # own bound can no longer beat the bar never will (the bar only falls), and is
         # not priced: its key once priced, (lb, j, 0) with lb >= floor[j], is at least
@@ -1612,13 +1654,13 @@ class _Search:
         # fails for a smaller (the last chunk priced whole up to 511 such outers); nor is
         # one whose layout's syncs (sync_bound) prove it cannot win, nor a twin its one-class
         # configuration settles (_twins_may_win)
-        js = [j for j in cand.outers if self.can_win((float(self.floor[j]), self.rank[j], 0),
-                                                     max(self.floor[j], self.sync_bound.get(j, -math.inf)))
+        js = [j for j in outers if self.can_win((float(self.floor[j]), self.rank[j], 0),
+                                                max(self.floor[j], self.sync_bound.get(j, -math.inf)))
               and self._twins_may_win(j)]
         if self.partitions:  # all-Megatron's least sync (bounds/plan_sync.py: at most its own)
             raised = self.synced(js, [self.floor[j] for j in js])
             js = [j for j, lb in zip(js, raised) if self.can_win((float(self.floor[j]), self.rank[j], 0), lb)]
-        self.res.pruned_by_bound += len(cand.outers) - len(js)
+        self.res.pruned_by_bound += len(outers) - len(js)
         if not self.partitions and not dualpipe_job(self.inst):
             js = self._may_fit(js)
         self._price_and_probe(js)
