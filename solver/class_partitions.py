@@ -79,7 +79,7 @@ from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAF
 from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, held_chunks, least_levels, least_sums,
                                                     level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
-from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
+from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_front, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
@@ -124,6 +124,26 @@ class Subset:
 
 def _recorded(plan: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((op, plan[op]) for op in P.PLAN_OPS if op in plan)
+
+
+def _kept_plans(cg, where, net) -> tuple[list, list[np.ndarray]]:
+    """The plans of a choice beyond Megatron's (partition_plans.joint_front, in its order), in
+    ReplicaClass.partitions form, and their rows per triple of `where`; kept per front (outers
+    that share their tables and sync thresholds share it: recording the plans of each root
+    again was about 8% of a root's expansion on the three-type, two-site row)."""
+    key, front, front_rows = joint_front(cg, where, net)
+    hit = _KEPT.get(key)
+    if hit is None or hit[0] is not front:
+        mine = [i for i, p in enumerate(front) if not P.is_megatron(p)]
+        if len(_KEPT) >= _KEPT_MAX:
+            _KEPT.clear()
+        hit = _KEPT[key] = (front, [_recorded(front[i]) for i in mine], np.array(mine, int))
+    return list(hit[1]), [r[hit[2]] for r in front_rows]
+
+
+# _kept_plans' by joint_front's key, each holding its front (so its identity is checked)
+_KEPT: dict = {}
+_KEPT_MAX = 4096
 
 
 def _const(terms):
@@ -318,10 +338,8 @@ class OuterChoices:
         self.plans = plans = {x: [MEGATRON] for x in self.keys}
         self.rows = rows = {}  # per open choice and scenario: the vectors of plans[k, g][1:]
         for k, g in self.open:
-            front, front_rows = joint_candidates(self.cg[k, g], self._where(k, g), self.net)
-            mine = [i for i, p in enumerate(front) if not P.is_megatron(p)]
-            plans[k, g] += [_recorded(front[i]) for i in mine]
-            rows[k, g] = [r[mine] for r in front_rows]
+            recorded, rows[k, g] = _kept_plans(self.cg[k, g], self._where(k, g), self.net)
+            plans[k, g] += recorded
         listed = math.prod(len(plans[x]) for x in self.keys)
         out.pruned_by_dominance = self.total - listed
         self.priced: dict = {}  # (k, g, bucket of plan positions) -> its coefficients per scenario
@@ -572,9 +590,14 @@ class OuterChoices:
         got = self.linked_keys.pop(node.sets, None)
         if got is not None:
             return got
+        steps = len(self.plan_steps)
         got = float(self._linked([node])[0])
+        # a node becomes ready only as plan_steps grows: none did when this read priced nothing
+        # (the scan itself read every unlinked node: about 8% of these reads on the three-type,
+        # two-site row)
         ready = [n for n in self.unlinked.values()
-                 if all((x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, n.sets))]
+                 if all((x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, n.sets))] \
+            if len(self.plan_steps) > steps else []
         if ready:
             for n, lb in zip(ready, self._linked(ready)):
                 self.linked_keys[n.sets] = float(lb)
