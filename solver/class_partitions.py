@@ -34,7 +34,10 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    buckets' plans, each plan priced (solver/bounds/plan_bottleneck.py: exact, group by group;
    only the plans no other of the bucket is below in what the stage levels read), and its
    slowest sync at the buckets' sync coefficients with each plan's own layer caps (read in
-   one batch with the outer's other nodes whose plans are all priced by then, _linked_now);
+   one batch with the outer's other nodes whose plans are all priced by then, _linked_now;
+   a node holding buckets whose plans are priced beside others whose plans are not is read
+   first with those priced only, each other bucket as one plan at its coefficients, and
+   dropped unpriced when that is above U: _pseudo_steps);
    its children are keyed so from the start (_linked_terms); the root's are not (their plans
    would be priced for nodes that never come up). On the three-type, two-site row the keys of the
    lowest first-level nodes of 8 configurations rose from 15.56-15.65 s to 16.22-16.51 s
