@@ -10,7 +10,7 @@ Exactness. cost/coefficients.build prices each stage from its own site's layer t
 class_placement gives each group its own site, so a stage's coefficients depend on the layer
 plan of its own (k, g) only, monotonically in the plan's vector as solver/partition_plans.py's
 docstring shows. So per (k, g) only the plans no other plan dominates on the site of every
-scenario the objective reads are kept (partition_plans.joint_candidates; Megatron's plan is
+scenario the objective reads are kept (partition_plans.joint_front; Megatron's plan is
 always listed, as on one group), and no combination is built before it is bounded. Bounds
 are solver/bounds/one_class.tight_class_terms (memory caps, forced recompute; many rows at once), per
 class, then combined over classes and scenarios as batched.lower_bounds_s does

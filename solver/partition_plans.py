@@ -246,28 +246,17 @@ def _front_of(table, idx, vec, dims, key) -> tuple:
     return _FRONTS[key]
 
 
-def joint_candidates(o, where, net) -> tuple[list[dict[str, str]], list[np.ndarray]]:
-    """The non-dominated plans of one layer-plan choice priced on several sites at once (one
-    replica class's stages on one group, seen in every network scenario the objective reads):
-    `where` lists (instance priced with, site, gradient-ring ranks) triples; a plan is dropped
-    only when one other plan dominates it on every site (the concatenated dominance vectors),
-    so the argument of the module docstring holds scenario by scenario. Returns the plans
-    (Megatron's first when among them) and, per triple of `where`, their rows
-    (cost/partition.VECTOR)."""
-    from paraplan.cost import partition as P
-    if not P.spatial_temporal_allowed(o):
-        inst, site, dp = where[0]
-        plans, rows = _candidates(inst, o, site, dp, net)
-        return plans, [rows] * len(where)
-    _, plans, rows = joint_front(o, where, net)
-    return [dict(p) for p in plans], rows
-
-
 def joint_front(o, where, net) -> tuple[tuple, list[dict[str, str]], list[np.ndarray]]:
-    """joint_candidates' plans and rows of a choice with plans beyond Megatron's
-    (cost/partition.spatial_temporal_allowed), with a key of them: equal keys give the same
-    (shared, not to be changed) plans list, kept while its tables live (_JOINT; the class
-    planner keeps what it derives from a front by this key, class_partitions._kept_plans)."""
+    """The non-dominated plans of one layer-plan choice with plans beyond Megatron's
+    (cost/partition.spatial_temporal_allowed) priced on several sites at once (one replica
+    class's stages on one group, seen in every network scenario the objective reads): `where`
+    lists (instance priced with, site, gradient-ring ranks) triples; a plan is dropped only when
+    one other plan dominates it on every site (the concatenated dominance vectors), so the
+    argument of the module docstring holds scenario by scenario. Returns a key, the plans
+    (Megatron's first when among them) and, per triple of `where`, their rows
+    (cost/partition.VECTOR). Equal keys give the same (shared, not to be changed) plans list,
+    kept while its tables live (_JOINT; the class planner keeps what it derives from a front by
+    this key, class_partitions._kept_plans)."""
     uniq = list(dict.fromkeys(where))
     parts = [_dims(inst, o, site, dp, net) for inst, site, dp in uniq]
     at = [uniq.index(w) for w in where]
