@@ -10,7 +10,7 @@ Exactness. cost/coefficients.build prices each stage from its own site's layer t
 class_placement gives each group its own site, so a stage's coefficients depend on the layer
 plan of its own (k, g) only, monotonically in the plan's vector as solver/partition_plans.py's
 docstring shows. So per (k, g) only the plans no other plan dominates on the site of every
-scenario the objective reads are kept (partition_plans.joint_candidates; Megatron's plan is
+scenario the objective reads are kept (partition_plans.joint_front; Megatron's plan is
 always listed, as on one group), and no combination is built before it is bounded. Bounds
 are solver/bounds/one_class.tight_class_terms (memory caps, forced recompute; many rows at once), per
 class, then combined over classes and scenarios as batched.lower_bounds_s does
@@ -34,7 +34,10 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
    buckets' plans, each plan priced (solver/bounds/plan_bottleneck.py: exact, group by group;
    only the plans no other of the bucket is below in what the stage levels read), and its
    slowest sync at the buckets' sync coefficients with each plan's own layer caps (read in
-   one batch with the outer's other nodes whose plans are all priced by then, _linked_now);
+   one batch with the outer's other nodes whose plans are all priced by then, _linked_now;
+   a node holding buckets whose plans are priced beside others whose plans are not is read
+   first with those priced only, each other bucket as one plan at its coefficients, and
+   dropped unpriced when that is above U: _pseudo_steps);
    its children are keyed so from the start (_linked_terms); the root's are not (their plans
    would be priced for nodes that never come up). On the three-type, two-site row the keys of the
    lowest first-level nodes of 8 configurations rose from 15.56-15.65 s to 16.22-16.51 s
@@ -79,7 +82,7 @@ from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAF
 from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, held_chunks, least_levels, least_sums,
                                                     level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
-from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_candidates, stage_arrays,
+from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_front, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
@@ -124,6 +127,26 @@ class Subset:
 
 def _recorded(plan: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((op, plan[op]) for op in P.PLAN_OPS if op in plan)
+
+
+def _kept_plans(cg, where, net) -> tuple[list, list[np.ndarray]]:
+    """The plans of a choice beyond Megatron's (partition_plans.joint_front, in its order), in
+    ReplicaClass.partitions form, and their rows per triple of `where`; kept per front (outers
+    that share their tables and sync thresholds share it: recording the plans of each root
+    again was about 8% of a root's expansion on the three-type, two-site row)."""
+    key, front, front_rows = joint_front(cg, where, net)
+    hit = _KEPT.get(key)
+    if hit is None or hit[0] is not front:
+        mine = [i for i, p in enumerate(front) if not P.is_megatron(p)]
+        if len(_KEPT) >= _KEPT_MAX:
+            _KEPT.clear()
+        hit = _KEPT[key] = (front, [_recorded(front[i]) for i in mine], np.array(mine, int))
+    return list(hit[1]), [r[hit[2]] for r in front_rows]
+
+
+# _kept_plans' by joint_front's key, each holding its front (so its identity is checked)
+_KEPT: dict = {}
+_KEPT_MAX = 4096
 
 
 def _const(terms):
@@ -290,7 +313,7 @@ class OuterChoices:
         elif not node.linked and node.level >= 1:
             # keyed by its buckets' optimistic coefficients: first keyed again by its linked
             # bound, expanded only when it comes up again under that key and can still win
-            lb = max(node.bound, self._linked_now(node))
+            lb = max(node.bound, self._linked_now(node, cut))
             if lb > cut:
                 out.pruned_by_bound += node.weight
             else:
@@ -318,15 +341,14 @@ class OuterChoices:
         self.plans = plans = {x: [MEGATRON] for x in self.keys}
         self.rows = rows = {}  # per open choice and scenario: the vectors of plans[k, g][1:]
         for k, g in self.open:
-            front, front_rows = joint_candidates(self.cg[k, g], self._where(k, g), self.net)
-            mine = [i for i, p in enumerate(front) if not P.is_megatron(p)]
-            plans[k, g] += [_recorded(front[i]) for i in mine]
-            rows[k, g] = [r[mine] for r in front_rows]
+            recorded, rows[k, g] = _kept_plans(self.cg[k, g], self._where(k, g), self.net)
+            plans[k, g] += recorded
         listed = math.prod(len(plans[x]) for x in self.keys)
         out.pruned_by_dominance = self.total - listed
         self.priced: dict = {}  # (k, g, bucket of plan positions) -> its coefficients per scenario
         self.plan_steps: dict = {}  # ((k, g), plan positions) -> _steps
-        self.plan_syncs: dict = {}  # ((k, g), bucket entry, scenario position) -> _sync_steps
+        self.plan_syncs: dict = {}  # ((k, g), bucket entry, scenario position, pseudo) -> _sync_steps
+        self.pseudo_steps: dict = {}  # ((k, g), bucket entry) -> _pseudo_steps
         self.unlinked: dict = {}  # Subset.sets -> its node, of the nodes listed not linked (_linked_now)
         self.linked_keys: dict = {}  # Subset.sets -> _linked of a node not come up yet
         self.plan_blocks: list = []  # _plan_arrays' priced rows, a block per pass
@@ -562,7 +584,7 @@ class OuterChoices:
             A.append(tau), Sm.append(sigma), D.append(delta)
         return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
 
-    def _linked_now(self, node: "Subset") -> float:
+    def _linked_now(self, node: "Subset", cut: float = math.inf) -> float:
         """_linked of `node`, read when it comes up: kept from an earlier call, or read now, and
         then, in one batch, that of every node of this outer not linked yet whose buckets' plans
         are all priced by then (reading them costs no build: one at a time, each cost 1-2 ms on
@@ -572,16 +594,35 @@ class OuterChoices:
         got = self.linked_keys.pop(node.sets, None)
         if got is not None:
             return got
+        if self._partly_priced(node):
+            # read first with the plans priced by now, each other bucket as one plan at its
+            # coefficients (_pseudo_steps): a bound of every combination too, so above `cut`
+            # the node is dropped without pricing the rest
+            got = float(self._linked([node], priced_only=True)[0])
+            if got > cut:
+                return got
+        steps = len(self.plan_steps)
         got = float(self._linked([node])[0])
+        # a node becomes ready only as plan_steps grows: none did when this read priced nothing
+        # (the scan itself read every unlinked node: about 8% of these reads on the three-type,
+        # two-site row)
         ready = [n for n in self.unlinked.values()
-                 if all((x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, n.sets))]
+                 if all((x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, n.sets))] \
+            if len(self.plan_steps) > steps else []
         if ready:
             for n, lb in zip(ready, self._linked(ready)):
                 self.linked_keys[n.sets] = float(lb)
                 del self.unlinked[n.sets]
         return got
 
-    def _linked(self, nodes: list) -> np.ndarray:
+    def _partly_priced(self, node: "Subset") -> bool:
+        """Whether some bucket of `node` beyond Megatron's plan has its plans priced (_steps),
+        and some has not: then _linked's read with priced_only costs no build and reads more
+        than the node's key."""
+        done = [(x, e or (0,)) in self.plan_steps for x, e in zip(self.keys, node.sets)]
+        return not all(done) and any(d and any(e) for d, e in zip(done, node.sets))
+
+    def _linked(self, nodes: list, priced_only: bool = False) -> np.ndarray:
         """Per node of `nodes`, a lower bound of every combination of it: each class's slowest
         stage, stages' sum and slowest sync read over the combinations of its choices' plans
         (_linked_reads), each at least its term at the node's coefficients per choice
@@ -599,7 +640,8 @@ class OuterChoices:
                         kept[x].append(sets[x])
                     picks[r, col] = kept[x].index(sets[x], 1)
             terms = self._class_terms(k, members, kept, picks, store, self.meg)
-            per.append(self._linked_terms(k, members, kept, picks, terms, np.arange(len(nodes)), store)[:3])
+            per.append(self._linked_terms(k, members, kept, picks, terms, np.arange(len(nodes)), store,
+                                          priced_only)[:3])
         return self._combination_bounds(per)
 
     def _node_store(self, k: int, sets: dict) -> dict:
@@ -618,7 +660,8 @@ class OuterChoices:
                 [elementwise_min(self.meg[si, k], c[si]) for si in range(S)]
         return store
 
-    def _linked_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, terms, rows: np.ndarray, store):
+    def _linked_terms(self, k: int, members: list, kept: dict, picks: np.ndarray, terms, rows: np.ndarray, store,
+                      priced_only: bool = False):
         """_class_terms' `terms` (A, S, D, fits) of the choices `picks` with, at `rows`, the
         slowest stage and the stages' sum at least the least over the combinations of the plans
         of each choice's bucket (_linked_reads), and fitting only where one of them can
@@ -632,7 +675,7 @@ class OuterChoices:
             return terms
         A, Sm, D, fits = A.copy(), Sm.copy(), D.copy(), fits.copy()
         for si in range(len(self.scenarios)):
-            tau, sigma, delta = self._linked_reads(k, members, kept, picks[rows], store, si)
+            tau, sigma, delta = self._linked_reads(k, members, kept, picks[rows], store, si, priced_only)
             A[rows, si] = np.maximum(A[rows, si], tau)
             # under a zero-bubble schedule _class_terms' sum term is less its drain credit: kept
             if not self.meg[si, k].layer_drain_saving_s.size:
@@ -641,18 +684,25 @@ class OuterChoices:
         fits[rows] &= np.isfinite(A[rows]).all(1)
         return A, Sm, D, fits
 
-    def _linked_reads(self, k: int, members: list, kept: dict, picks: np.ndarray, store, si: int):
+    def _linked_reads(self, k: int, members: list, kept: dict, picks: np.ndarray, store, si: int,
+                      priced_only: bool = False):
         """Per choice of class k's buckets (row c of `picks`, positions in kept[x] of each choice
         x of `members`, every choice of the class; 0: Megatron's plan, else a tuple of plan
         positions, whose coefficients are store[k, g, tuple]), over every combination of their
         plans on scenario position si (solver/bounds/plan_bottleneck.py): the least
         slowest-stage term tau*, the least sum of the stages of any split in whole chunks, and
         the least slowest sync delta* with each stage's sync at the bucket's coefficients and
-        its chunks at each plan's own, each lowered by FLOAT_SAFETY as tight_class_terms' are."""
+        its chunks at each plan's own, each lowered by FLOAT_SAFETY as tight_class_terms' are.
+        `priced_only`: a bucket whose plans are not priced yet is read as one plan at its
+        coefficients store[k, g, entry] (_pseudo_steps), nothing priced: each term then at most
+        the least over its combinations too (plan_bottleneck's module docstring)."""
         assert {g for _, g in members} == set(self.o.classes[k].stage_groups)
-        steps = [{j: self._steps(x, kept[x][j] or (0,))[si] for j in np.unique(picks[:, col]).tolist()}
-                 for col, x in enumerate(members)]
-        syncs = [{j: self._sync_steps(x, kept[x][j], store, si) for j in np.unique(picks[:, col]).tolist()}
+
+        def pseudo(x, j) -> bool:
+            return priced_only and (x, kept[x][j] or (0,)) not in self.plan_steps
+        steps = [{j: (self._pseudo_steps(x, kept[x][j], store) if pseudo(x, j) else self._steps(x, kept[x][j] or (0,)))[si]
+                  for j in np.unique(picks[:, col]).tolist()} for col, x in enumerate(members)]
+        syncs = [{j: self._sync_steps(x, kept[x][j], store, si, pseudo(x, j)) for j in np.unique(picks[:, col]).tolist()}
                  for col, x in enumerate(members)]
         rows = [[steps[col][j] for col, j in enumerate(row)] for row in picks.tolist()]
         need = self.inst.model.layers // self.o.virtual_stages
@@ -661,16 +711,16 @@ class OuterChoices:
         delta = least_levels([[syncs[col][j] for col, j in enumerate(row)] for row in picks.tolist()], need)
         return tau * (1 - FLOAT_SAFETY), sigma * (1 - FLOAT_SAFETY), delta * (1 - FLOAT_SAFETY)
 
-    def _sync_steps(self, x, entry, store, si: int):
+    def _sync_steps(self, x, entry, store, si: int, pseudo: bool = False):
         """plan_bottleneck.group_steps of choice x's sync levels (sync_levels) under `entry` (0:
         Megatron's plan; a tuple of plan positions, its coefficients store[k, g, entry]) on
         scenario position si, each plan's stages holding their own chunks; kept per (x, entry)."""
-        key = (x, entry, si)
+        key = (x, entry, si, pseudo)
         got = self.plan_syncs.get(key)
         if got is None:
             c = self.meg[si, x[0]] if entry == 0 else store[x[0], x[1], entry][si]
             mask, v = self.masks[x], self.o.virtual_stages
-            held = self._steps(x, entry or (0,))[si][2]
+            held = (self._pseudo_steps(x, entry, store) if pseudo else self._steps(x, entry or (0,)))[si][2]
             got = self.plan_syncs[key] = group_steps(sync_levels(held, c.stage_sync_time_s[mask],
                                                                  c.layer_sync_time_s[mask], v,
                                                                  self.inst.model.layers // v))
@@ -687,6 +737,29 @@ class OuterChoices:
             levels = [stage_levels(a, L, v, self.inst.search.full_recompute)
                       for a in self._plan_arrays(x, self._level_front(x, plans))]
             got = self.plan_steps[key] = [(group_steps(lv), group_sums(lv, L // v), held_chunks(lv)) for lv in levels]
+        return got
+
+    def _pseudo_steps(self, x, entry, store) -> list:
+        """_steps of choice x's bucket `entry` (a tuple of plan positions) read as one plan at its
+        coefficients store[k, g, entry] (below each of its plans', partition_plans.
+        optimistic_coefficients): its stage levels are at most each plan's on every stage, so
+        its steps hold at least the chunks any of them does within every level, and its sums
+        are at most theirs (plan_bottleneck's module docstring); no plan priced. Kept per
+        (x, entry)."""
+        key = (x, entry)
+        got = self.pseudo_steps.get(key)
+        if got is None:
+            k, mask = x[0], self.masks[x]
+            L, v = self.inst.model.layers, self.o.virtual_stages
+            c = store[k, x[1], entry]
+            cap = self.meg[0, k].capacity_bytes[mask]
+            got = []
+            for si in range(len(self.scenarios)):
+                arrays = {f: getattr(c[0 if f in _MEMORY else si], f)[mask][None, :] for f in _MEMORY + _TIMES}
+                arrays["capacity_bytes"] = cap[None, :]
+                lv = stage_levels(arrays, L, v, self.inst.search.full_recompute)
+                got.append((group_steps(lv), group_sums(lv, L // v), held_chunks(lv)))
+            self.pseudo_steps[key] = got
         return got
 
     def _level_front(self, x, plans: tuple) -> tuple:

@@ -194,11 +194,26 @@ def _dims(inst, o, site, dp_ranks, net):
     if g_of(vec[top, rep], vec[top, sync]) <= vec[:, 1].min():
         return table, idx, vec, vec, (id(table), allowed, None)
     # g per distinct (p, grad_sync_s), i.e. per set of token-split ops (at most 16)
-    combos, inv = np.unique(vec[:, [rep, sync]], axis=0, return_inverse=True)
+    combos, inv = _sync_combos(table, allowed, vec[:, [rep, sync]])
     g_combo = np.array([g_of(r, y) for r, y in combos])
     g = g_combo[inv.reshape(-1)]
     dims = np.column_stack([vec[:, :4], vec[:, rep], g, np.maximum(0.0, g - vec[:, 1])])
     return table, idx, vec, dims, (id(table), allowed, tuple(g_combo))
+
+
+def _sync_combos(table, allowed: bool, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(cols, axis=0, return_inverse=True) of a table's (replicated_params,
+    grad_sync_s) columns (_dims), kept per table as _plans_of keeps its plans (every outer of
+    the table reads it: the unique was about half of _dims on the three-type, two-site row)."""
+    key = (id(table), allowed)
+    if key not in _COMBOS or _COMBOS[key][0] is not table:
+        if len(_COMBOS) >= _PLANS_MAX:
+            _COMBOS.clear()
+        _COMBOS[key] = (table, *np.unique(cols, axis=0, return_inverse=True))
+    return _COMBOS[key][1], _COMBOS[key][2]
+
+
+_COMBOS: dict = {}
 
 
 def _megatron_first(table, idx, keep) -> tuple[list[dict[str, str]], list[int]]:
@@ -215,39 +230,58 @@ def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.
     from paraplan.cost import partition as P
     if not P.spatial_temporal_allowed(o):
         return [dict(P.MEGATRON_DEFAULT)], np.zeros((0, len(P.VECTOR)))
-    table, idx, vec, dims, key = _dims(inst, o, site, dp_ranks, net)
+    _, plans, rows = _front_of(*_dims(inst, o, site, dp_ranks, net))
+    return [dict(p) for p in plans], rows
+
+
+def _front_of(table, idx, vec, dims, key) -> tuple:
+    """(table, plans, rows) of one site's _dims, kept in _FRONTS: the plans are shared, not to
+    be changed."""
     if key not in _FRONTS or _FRONTS[key][0] is not table:
         if len(_FRONTS) >= _FRONTS_MAX:  # bounded memory across many instances (sweeps)
             _FRONTS.clear()
         keep = _front(dims)
         plans, first = _megatron_first(table, idx, keep)
         _FRONTS[key] = (table, plans, vec[keep][first])
-    _, plans, rows = _FRONTS[key]
-    return [dict(p) for p in plans], rows
+    return _FRONTS[key]
 
 
-def joint_candidates(o, where, net) -> tuple[list[dict[str, str]], list[np.ndarray]]:
-    """The non-dominated plans of one layer-plan choice priced on several sites at once (one
-    replica class's stages on one group, seen in every network scenario the objective reads):
-    `where` lists (instance priced with, site, gradient-ring ranks) triples; a plan is dropped
-    only when one other plan dominates it on every site (the concatenated dominance vectors),
-    so the argument of the module docstring holds scenario by scenario. Returns the plans
+def joint_front(o, where, net) -> tuple[tuple, list[dict[str, str]], list[np.ndarray]]:
+    """The non-dominated plans of one layer-plan choice with plans beyond Megatron's
+    (cost/partition.spatial_temporal_allowed) priced on several sites at once (one replica
+    class's stages on one group, seen in every network scenario the objective reads): `where`
+    lists (instance priced with, site, gradient-ring ranks) triples; a plan is dropped only when
+    one other plan dominates it on every site (the concatenated dominance vectors), so the
+    argument of the module docstring holds scenario by scenario. Returns a key, the plans
     (Megatron's first when among them) and, per triple of `where`, their rows
-    (cost/partition.VECTOR)."""
-    from paraplan.cost import partition as P
+    (cost/partition.VECTOR). Equal keys give the same (shared, not to be changed) plans list,
+    kept while its tables live (_JOINT; the class planner keeps what it derives from a front by
+    this key, class_partitions._kept_plans)."""
     uniq = list(dict.fromkeys(where))
-    if len(uniq) == 1 or not P.spatial_temporal_allowed(o):
-        inst, site, dp = uniq[0]
-        plans, rows = _candidates(inst, o, site, dp, net)
-        return plans, [rows] * len(where)
     parts = [_dims(inst, o, site, dp, net) for inst, site, dp in uniq]
-    table, idx = parts[0][0], parts[0][1]
-    # the candidates of a table depend on tp, sp and the stream flag only: one plan per row
-    assert all(np.array_equal(x[1], idx) for x in parts)
-    keep = _front(np.hstack([x[3] for x in parts]))
-    plans, first = _megatron_first(table, idx, keep)
-    rows = {w: x[2][keep][first] for w, x in zip(uniq, parts)}
-    return [dict(p) for p in plans], [rows[w] for w in where]
+    at = [uniq.index(w) for w in where]
+    if len(uniq) == 1:
+        table, plans, rows = _front_of(*parts[0])
+        return (parts[0][4], tuple(at)), plans, [rows] * len(where)
+    # the front of the concatenated dims is a function of each site's (table, sync threshold),
+    # its _dims key
+    key = (tuple(x[4] for x in parts), tuple(at))
+    hit = _JOINT.get(key)
+    if hit is None or any(t is not x[0] for t, x in zip(hit[0], parts)):
+        table, idx = parts[0][0], parts[0][1]
+        # the candidates of a table depend on tp, sp and the stream flag only: one plan per row
+        assert all(np.array_equal(x[1], idx) for x in parts)
+        keep = _front(np.hstack([x[3] for x in parts]))
+        plans, first = _megatron_first(table, idx, keep)
+        rows = [x[2][keep][first] for x in parts]
+        if len(_JOINT) >= _FRONTS_MAX:
+            _JOINT.clear()
+        hit = _JOINT[key] = (tuple(x[0] for x in parts), plans, [rows[a] for a in at])
+    return key, hit[1], hit[2]
+
+
+# joint_front's of several sites, by their _dims keys, each holding its tables (their ids in the key)
+_JOINT: dict = {}
 
 
 STAGE_ARRAYS = ("layer_time_s", "recompute_time_s", "stage_time_s", "layer_sync_time_s",
