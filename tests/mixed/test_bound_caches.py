@@ -60,7 +60,13 @@ def test_memory_bound_kept_per_class_gives_each_configurations_own(inst):
     shared = np.concatenate([memory_floor_bounds_s(inst, outers[a:a + 64], idx, agg, weights, memo, layer_memo)
                              for a in range(0, len(outers), 64)])
     alone = np.array([memory_floor_bounds_s(inst, [o], idx, agg, weights, {}, {})[0] for o in outers])
-    assert np.array_equal(shared, alone)
+    # equal but for float rounding: the lone classes' joint reading (fill_drain.pipeline_sync_bounds_s)
+    # pads each row's stage kinds to the longest row of its batch, and numpy's pairwise sums
+    # associate the padded zeros differently (1 ulp on one configuration of the dynamic file,
+    # 19.47537945033272 in a batch against ...724 alone); a kept entry of another
+    # configuration would differ by far more than 1e-12
+    assert np.array_equal(np.isinf(shared), np.isinf(alone))
+    assert np.allclose(shared, alone, rtol=1e-12, atol=0.0)
     assert np.isfinite(alone).any() and (alone > 0).any()  # bounds read, not all refused
     if inst.name == "tiny-2types":
         assert any(o.embedding_in_split or o.loss_in_split for o in outers)

@@ -73,15 +73,22 @@ def test_pipelines_and_classes_across_groups_are_not_twins():
     assert twins.twin_key(ClassOuter(**base, virtual_stages=2, classes=(one, one))) is None
 
 
+@pytest.mark.slow
 def test_pruning_twins_keeps_the_plan(monkeypatch):
     # the same search with the rule switched off (every twin priced) finds the same plan and
-    # value; with it, fewer configurations are priced
+    # value; with it, fewer configurations are priced. Under a torchtitan job (zero-bubble
+    # schedules): since the floors read the placed terms (hand-offs, the end stages' embedding
+    # sync: unpriced.placed_floor_terms) a Megatron job's twins are pruned by their own floors
+    # before the rule is asked (5 priced with the rule and without on this file), but a
+    # zero-bubble schedule's floors do not read them, and there the rule still settles twins
     inst = _options(load_instance(TINY))
-    inst = dataclasses.replace(inst, search=dataclasses.replace(inst.search, tp=(1, 2, 4)))
+    job = dataclasses.replace(inst.job, framework=type(inst.job.framework)("torchtitan"))
+    inst = dataclasses.replace(inst, job=job, search=dataclasses.replace(inst.search, tp=(1, 2, 4),
+                                                                         classes_per_group=2))
     with_rule = search(inst, time_limit_s=600)
     monkeypatch.setattr(search_mod._Search, "_twins_may_win", lambda self, j: True)
     without = search(inst, time_limit_s=600)
     assert with_rule.status == without.status == "optimal"
     assert with_rule.objective_s == without.objective_s
     assert with_rule.plan == without.plan
-    assert with_rule.priced < without.priced  # 46 against 62 when written
+    assert with_rule.priced < without.priced  # 19 against 23 when written
