@@ -52,7 +52,9 @@ through the tables. Otherwise the per-stage model above (n_s, r_s; memory as in 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
 import time
 from dataclasses import dataclass
 
@@ -311,10 +313,49 @@ def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
     return P, U, D
 
 
+# problems whose tables _pair_table_sums keeps (a search solves about a hundred DualPipe
+# problems of Qwen3-235B, about 40 KB of tables each)
+PAIR_TABLES_KEPT = 256
+_TABLES: dict = {}
+_TABLES_LOCK = threading.Lock()  # a search may solve on several threads
+
+
+def _content_key(p: DualPipeProblem) -> tuple:
+    """Every field of `p` by value (arrays as dtype, shape and bytes): two problems of one key
+    are the same problem, whichever object holds it."""
+    out = []
+    for f in dataclasses.fields(p):
+        x = getattr(p, f.name)
+        out.append((x.dtype.str, x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x)
+    return tuple(out)
+
+
 def _pair_table_sums(p: DualPipeProblem):
     """Per pair h: (lo_N, R, split) of _pair_tables and its three sums (P, U, D) of _pair_sums,
     the tables the exact search and the pair models read; None where a pair fits no count of
-    layers at all (then no split fits; the pairs after it are not tabled)."""
+    layers at all (then no split fits; the pairs after it are not tabled).
+
+    Built once per problem and kept (read-only) for the last PAIR_TABLES_KEPT problems by value:
+    each backend's search builds its own problem objects of the same configurations, and the
+    tables were about a tenth of a CP-SAT or MILP search of Qwen3-235B (issue 32)."""
+    key = _content_key(p)
+    with _TABLES_LOCK:
+        if key in _TABLES:
+            return _TABLES[key]
+    out = _built_pair_table_sums(p)
+    if out is not None:
+        for row in out:
+            for x in (row[1], row[2], *row[3]):
+                x.setflags(write=False)
+    with _TABLES_LOCK:
+        while len(_TABLES) >= PAIR_TABLES_KEPT:
+            del _TABLES[next(iter(_TABLES))]  # the oldest
+        _TABLES[key] = out
+    return out
+
+
+def _built_pair_table_sums(p: DualPipeProblem):
+    """_pair_table_sums, built."""
     out = []
     for h in range(p.pairs):
         lo_N, R, split = _pair_tables(p, h)

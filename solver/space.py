@@ -717,7 +717,12 @@ class _DualPipeBlock:
         self.inst, self.block = inst, block
 
     def outers(self) -> list[ClassOuter]:
-        return [o for o in self.block.outers() if _dualpipe_runs(self.inst, o)]
+        # whether DualPipe runs an outer reads the block's classes and micro-batch and the
+        # outer's v only: decided per v, and only the outers it runs built (issue 32: building
+        # every outer to filter it was a quarter of a DualPipe search of Qwen3-235B)
+        b = self.block
+        runs = {v: _dualpipe_runs(self.inst, b.classes, b.micro_batch, v) for v in b.vs}
+        return [b.outer(*x) for x in b.specs() if runs[x[2]]]
 
 
 def _sp_zero_values(inst: Instance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
@@ -908,11 +913,12 @@ def dualpipe_job(inst) -> bool:
     return inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE
 
 
-def _dualpipe_runs(inst, o: ClassOuter) -> bool:
+def _dualpipe_runs(inst, classes, micro_batch: int, v: int) -> bool:
+    """Whether DualPipe runs an outer of these classes, micro-batch size and v."""
     from paraplan.cost.dualpipe import schedule_problem  # here: only a DualPipe job reads it
-    c = o.classes[0]
-    m = inst.job.global_batch // o.micro_batch // c.replicas
-    return len(o.classes) == 1 and schedule_problem(c.pp, o.virtual_stages, m) is None
+    c = classes[0]
+    m = inst.job.global_batch // micro_batch // c.replicas
+    return len(classes) == 1 and schedule_problem(c.pp, v, m) is None
 
 
 # DeepSeek's schedule pairs one micro-batch's forward with another's backward so that each

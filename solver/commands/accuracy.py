@@ -63,14 +63,14 @@ def out_of_sample(rows, results, live: bool, log):
     return out, where, None
 
 
-def row_intervals(rows, results, oos):
+def row_intervals(rows, results, oos, fills):
     """Per row: (interval around the in-sample prediction, interval around the out-of-sample
     one, whether the measured time lies in the latter), each from the stored out-of-sample
     residuals without the row's own family. A row that leaves facts unstated
     (cost/calibration.unknown_variants) gets the band from its fastest possibility's lower end
-    to its slowest one's upper end."""
+    to its slowest one's upper end. `fills`: _Fills of the rows."""
     from paraplan.cost.calibration import load_published, source_family
-    from paraplan.cost.trust import published_residuals, row_features, row_memory_fill, trust_for
+    from paraplan.cost.trust import published_residuals, row_features, trust_for
     bundled = {r["id"] for r in load_published()}
     res = published_residuals()
     out = []
@@ -79,7 +79,7 @@ def row_intervals(rows, results, oos):
             out.append((None, None, None))
             continue
         own = source_family(row).name if row["id"] in bundled else None
-        f = row_features(row, bool(r.full_recompute), row_memory_fill(row))
+        f = row_features(row, bool(r.full_recompute), fills.of(i))
         spans = []
         for pred in (r.predicted_iter_time_s, oos.get(i)):
             if pred is None:
@@ -92,6 +92,22 @@ def row_intervals(rows, results, oos):
         inside = None if spans[1] is None else spans[1][0] <= r.measured_iter_time_s <= spans[1][1]
         out.append((spans[0], spans[1], inside))
     return out
+
+
+class _Fills:
+    """Each row's priced memory fill (cost/memory_fill.row_memory_fill), priced at most once
+    per command: the row's band and its out-of-sample residual both read it, and pricing it
+    was most of `accuracy`'s time (issue 32: about 0.6 of 0.85 s, two pricings a row)."""
+
+    def __init__(self, rows):
+        self._rows = rows
+        self._fill: dict[int, float | None] = {}
+
+    def of(self, i: int) -> float | None:
+        if i not in self._fill:
+            from paraplan.cost.trust import row_memory_fill
+            self._fill[i] = row_memory_fill(self._rows[i])
+        return self._fill[i]
 
 
 def cmd_accuracy(args) -> int:
@@ -110,7 +126,8 @@ def cmd_accuracy(args) -> int:
     oos, oos_from, folds = out_of_sample(rows, results, args.cv, log)
     if args.write:
         _write(rows, results, oos, folds)
-    spans = row_intervals(rows, results, oos)
+    fills = _Fills(rows)
+    spans = row_intervals(rows, results, oos, fills)
     modelled = [r for r in results if r.error is not None]
     skipped = [r for r in results if r.error is None]
     by_gpu = defaultdict(list)
@@ -120,7 +137,7 @@ def cmd_accuracy(args) -> int:
     overall = group_stats(res) if res else None
     wrong = [p for p in pairs if not p.right]
     cv = _cv_summary(rows, results, oos, spans)
-    cv_res = _cv_residuals(rows, results, oos)
+    cv_res = _cv_residuals(rows, results, oos, fills)
     cv_tables = accuracy_tables(cv_res)  # the same cuts as in sample, out of sample
     cv_coverage = coverage(cv_res) if len({r.features.family for r in cv_res}) > 1 else None
     moe = moe_anchor_prices() if args.moe else []
@@ -246,9 +263,9 @@ def _accuracy_text(acc: _Accuracy) -> None:
         print(moe_cv_text(acc.moe_cv))
 
 
-def _cv_residuals(rows, results, oos):
-    from paraplan.cost.trust import Residual, row_features, row_memory_fill
-    return [Residual(id=r.id, features=row_features(row, bool(r.full_recompute), row_memory_fill(row)),
+def _cv_residuals(rows, results, oos, fills):
+    from paraplan.cost.trust import Residual, row_features
+    return [Residual(id=r.id, features=row_features(row, bool(r.full_recompute), fills.of(i)),
                      error=oos[i] / r.measured_iter_time_s - 1)
             for i, (row, r) in enumerate(zip(rows, results)) if oos.get(i) and r.error is not None]
 
