@@ -551,14 +551,15 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     marked = np.where(allowed, n, 0)
     before = np.concatenate([np.zeros((*allowed.shape[:2], 1), n.dtype),
                              np.maximum.accumulate(marked, axis=-1)[..., :-1]], axis=-1)
-    more = np.where(allowed, n - before, 0).astype(float).reshape(len(room), 1, -1)  # (rows, 1, stages x layers)
+    more = np.where(allowed, n - before, 0).reshape(len(room), 1, -1)  # (rows, 1, stages x layers)
     flat = t.reshape(*t.shape[:2], -1)
-    order = np.argsort(flat, axis=-1, kind="stable")
-    times = np.take_along_axis(flat, order, axis=-1)
-    held_at = np.cumsum(np.take_along_axis(np.broadcast_to(more, flat.shape), order, axis=-1), axis=-1)
+    # in the order of the times (ties in any order: the time read where the held counts first
+    # reach the layers is the same), only the time at that place read back
+    order = np.argsort(flat, axis=-1)
+    held_at = np.cumsum(np.take_along_axis(more, order, axis=-1), axis=-1)
     reach = held_at >= layers  # the stages hold the layers by then
-    at = np.argmax(reach, axis=-1)
-    kth = np.where(reach.any(axis=-1), np.take_along_axis(times, at[..., None], axis=-1)[..., 0], np.inf)
+    at = np.take_along_axis(order, np.argmax(reach, axis=-1)[..., None], axis=-1)
+    kth = np.where(reach[..., -1], np.take_along_axis(flat, at, axis=-1)[..., 0], np.inf)
     least = np.argmax(allowed, axis=-1)  # (rows, stages): each stage's least marked count
     first = np.take_along_axis(t, np.broadcast_to(least[:, None, :, None], (*t.shape[:3], 1)), axis=-1)[..., 0]
     with np.errstate(invalid="ignore"):
