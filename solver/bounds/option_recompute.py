@@ -277,13 +277,24 @@ class RecomputeFloor:
                     head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
                     heads.append(head)
                     if interleaved:
-                        allowed.append(chunk_counts(L, pp, k[10], *chunk_offsets(self.inst, k[10])))
+                        allowed.append(self.chunks(pp, k[10]))
                 room, held, slope = (np.stack([todo[k][x] for k in part]) for x in range(3))
                 f, rho, head = np.stack(fs)[..., None], np.stack(rhos)[..., None], np.stack(heads)
                 got = (slowest_in_chunks_s(room, held, slope, L, f, rho, np.stack(allowed), head) if interleaved else
                        slowest_stage_each_s(room, held, slope, L, f, rho, head=head))
                 for k, each in zip(part, got.tolist()):
                     self.memo["slowest", k, no_rc] = each
+
+    def chunks(self, pp: int, v: int) -> np.ndarray:
+        """chunk_counts of a class of pp stages at v on the model's layers, once per (pp, v)
+        (read-only: shared; a stage-wise class's A* asked it thousands of times on 32 A100 + 32
+        H100 with the three options)."""
+        key = ("chunks", pp, v)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = chunk_counts(int(self.inst.model.layers), pp, v, *chunk_offsets(self.inst, v))
+            got.flags.writeable = False
+        return got
 
     def _mb_index(self, b: int) -> int:
         got = self.memo.get(("mb index",))
@@ -651,7 +662,7 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
             each = slowest_stage_each_s(room, held, slope, L, f, rho, head=head)  # (rows, scenarios)
             out[i] = each.reshape(len(orders), nb, len(modes), ns).min(axis=(0, 2))
         else:
-            rows.append((i, held, slope, chunk_counts(L, pp, v, *chunk_offsets(rc.inst, v))))
+            rows.append((i, held, slope, rc.chunks(pp, v)))
     if rows:
         k = len(room)
         each = slowest_in_chunks_s(np.concatenate([room] * len(rows)), np.concatenate([x[1] for x in rows]),
