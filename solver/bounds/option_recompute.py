@@ -277,13 +277,24 @@ class RecomputeFloor:
                     head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
                     heads.append(head)
                     if interleaved:
-                        allowed.append(chunk_counts(L, pp, k[10], *chunk_offsets(self.inst, k[10])))
+                        allowed.append(self.chunks(pp, k[10]))
                 room, held, slope = (np.stack([todo[k][x] for k in part]) for x in range(3))
                 f, rho, head = np.stack(fs)[..., None], np.stack(rhos)[..., None], np.stack(heads)
                 got = (slowest_in_chunks_s(room, held, slope, L, f, rho, np.stack(allowed), head) if interleaved else
                        slowest_stage_each_s(room, held, slope, L, f, rho, head=head))
                 for k, each in zip(part, got.tolist()):
                     self.memo["slowest", k, no_rc] = each
+
+    def chunks(self, pp: int, v: int) -> np.ndarray:
+        """chunk_counts of a class of pp stages at v on the model's layers, once per (pp, v)
+        (read-only: shared; a stage-wise class's A* asked it thousands of times on 32 A100 + 32
+        H100 with the three options)."""
+        key = ("chunks", pp, v)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = chunk_counts(int(self.inst.model.layers), pp, v, *chunk_offsets(self.inst, v))
+            got.flags.writeable = False
+        return got
 
     def _mb_index(self, b: int) -> int:
         got = self.memo.get(("mb index",))
@@ -551,14 +562,15 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     marked = np.where(allowed, n, 0)
     before = np.concatenate([np.zeros((*allowed.shape[:2], 1), n.dtype),
                              np.maximum.accumulate(marked, axis=-1)[..., :-1]], axis=-1)
-    more = np.where(allowed, n - before, 0).astype(float).reshape(len(room), 1, -1)  # (rows, 1, stages x layers)
+    more = np.where(allowed, n - before, 0).reshape(len(room), 1, -1)  # (rows, 1, stages x layers)
     flat = t.reshape(*t.shape[:2], -1)
-    order = np.argsort(flat, axis=-1, kind="stable")
-    times = np.take_along_axis(flat, order, axis=-1)
-    held_at = np.cumsum(np.take_along_axis(np.broadcast_to(more, flat.shape), order, axis=-1), axis=-1)
+    # in the order of the times (ties in any order: the time read where the held counts first
+    # reach the layers is the same), only the time at that place read back
+    order = np.argsort(flat, axis=-1)
+    held_at = np.cumsum(np.take_along_axis(more, order, axis=-1), axis=-1)
     reach = held_at >= layers  # the stages hold the layers by then
-    at = np.argmax(reach, axis=-1)
-    kth = np.where(reach.any(axis=-1), np.take_along_axis(times, at[..., None], axis=-1)[..., 0], np.inf)
+    at = np.take_along_axis(order, np.argmax(reach, axis=-1)[..., None], axis=-1)
+    kth = np.where(reach[..., -1], np.take_along_axis(flat, at, axis=-1)[..., 0], np.inf)
     least = np.argmax(allowed, axis=-1)  # (rows, stages): each stage's least marked count
     first = np.take_along_axis(t, np.broadcast_to(least[:, None, :, None], (*t.shape[:3], 1)), axis=-1)[..., 0]
     with np.errstate(invalid="ignore"):
@@ -650,7 +662,7 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
             each = slowest_stage_each_s(room, held, slope, L, f, rho, head=head)  # (rows, scenarios)
             out[i] = each.reshape(len(orders), nb, len(modes), ns).min(axis=(0, 2))
         else:
-            rows.append((i, held, slope, chunk_counts(L, pp, v, *chunk_offsets(rc.inst, v))))
+            rows.append((i, held, slope, rc.chunks(pp, v)))
     if rows:
         k = len(room)
         each = slowest_in_chunks_s(np.concatenate([room] * len(rows)), np.concatenate([x[1] for x in rows]),
