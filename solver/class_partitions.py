@@ -19,7 +19,12 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
 1. optimistic: every (k, g) at partition_plans.optimistic_terms of all its plans gives
    coefficients below those of every combination; memory-infeasible: none fits. Otherwise
    their bound keys the outer's combinations as one node of the planner's branch and bound,
-   expanded (steps 2 and 3) only when it can still beat the incumbent U found by then;
+   expanded (steps 2 and 3) only when it can still beat the incumbent U found by then. When
+   it first comes up it is keyed again (root_key_again, _split_bound): each open choice's
+   plans split by their replicated parameters, each group at its own optimistic terms, and
+   every combination of groups bounded as step 2 bounds buckets; dropped above U, pushed back
+   where the key rose (the optimistic terms take a layer's time from the token-split plans,
+   which replicate weights, and its memory from those that do not);
 2. per (k, g): its kept plans sorted by layer time and bounded in buckets of LEVELS[0]
    plans (a bucket's optimistic terms, every other choice optimistic); then the surviving
    buckets of every choice together, as step 3 bounds plans (a combination of buckets bounds
