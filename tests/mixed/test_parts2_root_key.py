@@ -3,7 +3,7 @@ OuterChoices.root_key_again, _split_bound; the search's _LayerPlans.expand drops
 the bar on it).
 
 Checked on tiny-2types at tp 4 (every group offers plans beyond Megatron's), once with a model
-whose memory binds (test_plan_bottleneck's cases), outer by outer: the raised key is at most the
+whose memory binds (test_plan_bottleneck's cases), every third outer: the raised key is at most the
 bound of every combination of the outer's plans (expanded with no incumbent to the last level:
 the candidates' keys, each at most its optimum,
 test_mixed_partitions.test_vectorised_class_bound_is_below_the_optimum), it is at least the
@@ -29,7 +29,7 @@ def test_root_key_again_is_a_bound_of_every_combination(case):
     inst = CASES[case]()
     checked = raised = 0
     closest = 0.0
-    for o, ch in _choices_of(inst):
+    for o, ch in _choices_of(inst)[::3]:  # a third of the outers: each expanded to the end
         if ch.optimistic(stop_unfit=True) is None:
             continue
         root = ch.optimistic_bound()
@@ -41,8 +41,9 @@ def test_root_key_again_is_a_bound_of_every_combination(case):
             closest = max(closest, got / min(every))
         checked += 1
         raised += got > root * (1 + 1e-9)
-    # measured: 23 of 23 outers raised on tp4, 40 of 42 with memory binding
-    assert checked >= 10 and raised >= checked * 3 // 4
+    # measured: 8 of 8 outers raised on tp4, 15 of 15 with memory binding (of every outer: 23
+    # of 23, 40 of 42)
+    assert checked >= 6 and raised >= checked * 3 // 4
     assert closest >= 0.98
 
 
