@@ -19,7 +19,12 @@ class, then combined over classes and scenarios as batched.lower_bounds_s does
 1. optimistic: every (k, g) at partition_plans.optimistic_terms of all its plans gives
    coefficients below those of every combination; memory-infeasible: none fits. Otherwise
    their bound keys the outer's combinations as one node of the planner's branch and bound,
-   expanded (steps 2 and 3) only when it can still beat the incumbent U found by then;
+   expanded (steps 2 and 3) only when it can still beat the incumbent U found by then. When
+   it first comes up it is keyed again (root_key_again, _split_bound): each open choice's
+   plans split by their replicated parameters, each group at its own optimistic terms, and
+   every combination of groups bounded as step 2 bounds buckets; dropped above U, pushed back
+   where the key rose (the optimistic terms take a layer's time from the token-split plans,
+   which replicate weights, and its memory from those that do not);
 2. per (k, g): its kept plans sorted by layer time and bounded in buckets of LEVELS[0]
    plans (a bucket's optimistic terms, every other choice optimistic); then the surviving
    buckets of every choice together, as step 3 bounds plans (a combination of buckets bounds
@@ -243,6 +248,8 @@ class OuterChoices:
         # build here is scaled and capped so, so the bounds and the listed candidates are in the
         # objective's seconds; `problem_of` takes them as they are
         self.factor = objective_factor_of(inst, o)
+        self.root_key = -math.inf  # optimistic_bound's
+        self.split_read = False  # whether root_key_again was read
 
     def _build(self, *args, **kwargs) -> StageCoefficients:
         s = self.inst.search
@@ -292,7 +299,54 @@ class OuterChoices:
     def optimistic_bound(self) -> float:
         """A lower bound of every combination (step 1), with memory caps and forced recompute
         (tight_class_terms); optimistic() first."""
-        return float(self._combination_bounds([self._opt_terms(k) for k in range(len(self.o.classes))])[0])
+        self.root_key = float(self._combination_bounds([self._opt_terms(k) for k in range(len(self.o.classes))])[0])
+        return self.root_key
+
+    def root_key_again(self, upper_s: float) -> float:
+        """The root's key read again before it is expanded (_split_bound, once): at least
+        optimistic_bound's, at most every combination's; inf where none can beat `upper_s`.
+        A root above the bar is then dropped before its plans are recorded and bucketed (the
+        search's _LayerPlans.expand; expand itself does not read it)."""
+        self.split_read = True
+        return max(self.root_key, self._split_bound(upper_s * (1 + REL_TOL)))
+
+    def _split_bound(self, cut: float) -> float:
+        """A lower bound of every combination beyond all-Megatron, read before any plan is
+        recorded (step 1 split): each open choice's plans (every plan of its table, a superset
+        of the kept ones) split by their replicated parameters into groups, each group read at
+        its optimistic terms (partition_plans.optimistic_coefficients: below each of its
+        plans'), and every combination of the groups (and Megatron's build) bounded as step 2
+        bounds a combination of buckets: the least over them is at most every combination's
+        bound. The optimistic key takes a layer's time from the token-split plans, which
+        replicate weights, and its memory from those that do not; a group's plans hold one
+        replicated-parameter count, so its time and its state bytes come from plans alike."""
+        keys = self.keys
+        store, kept = {}, {x: [0] for x in keys}
+        for k, g in self.open:
+            x = (k, g)
+            per = []  # per scenario: the table and its plans' rows
+            for ginst, site, _ in self._where(k, g):
+                table = P.table_for(ginst, self.cg[x], site, self.net)
+                per.append((table, plan_rows(table, P.token_split_allowed(self.cg[x]))))
+            # one split for every scenario: the plans are the same rows in each table
+            # (partition_plans.joint_front), their replicated parameters the model's
+            rep = per[0][1][:, P.VECTOR.index("replicated_params")]
+            groups = [rep == r for r in np.unique(rep)]
+            coeffs = []
+            for mask in groups:
+                terms = [optimistic_terms(t, r[mask]) for t, r in per]
+                coeffs.append([self._below(i, k, {g: _const(lo)}, {g: _const(hi)})
+                               for i, (lo, hi) in zip(self.scenarios, terms)])
+            ok = self._bounded(k, g, coeffs, cut)
+            for j, (c, y) in enumerate(zip(coeffs, ok)):
+                if y:
+                    store[k, g, j + 1] = c
+                    kept[x].append(j + 1)
+        if math.prod(len(v) for v in kept.values()) > GRID_CAP:
+            return self.root_key
+        _, _, fits, quick, megatron = self._grid(kept, store, cut)
+        alive = fits & ~megatron
+        return float(quick[alive].min()) if alive.any() else math.inf
 
     def _with(self, cls: dict[int, list[StageCoefficients]]) -> list[list[StageCoefficients]]:
         K, S = len(self.o.classes), len(self.scenarios)

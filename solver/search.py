@@ -1986,6 +1986,15 @@ class _LayerPlans(_Node):
         combinations, each keyed by a bound at most theirs, the key's combination index 1 at
         most theirs: listed only when they come up and can still win); past `deadline`, itself
         as its child (class_partitions.OuterChoices.expand), which the search leaves open."""
+        if self.node is None and not self.choices.split_read:
+            # the root keyed again first (class_partitions.OuterChoices.root_key_again): dropped
+            # above the bar, else back on the heap at that key when it rises
+            lb = self.choices.root_key_again(upper_s)
+            if lb > upper_s * (1 + REL_TOL):
+                res.pruned_by_bound += self.weight
+                return [], []
+            if lb > self.key[0]:
+                return [], [dataclasses.replace(self, key=(lb, self.key[1], 1))]
         lst = self.choices.expand(upper_s, self.node, deadline)
         res.pruned_by_bound += lst.pruned_by_bound
         res.pruned_by_memory += lst.pruned_by_memory
