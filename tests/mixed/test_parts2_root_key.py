@@ -24,6 +24,7 @@ from test_plan_bottleneck import CASES
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY
 
 
+@pytest.mark.slow  # 11-27 s each on a loaded 2-core machine: every third outer expanded to the end
 @pytest.mark.parametrize("case", CASES)
 def test_root_key_again_is_a_bound_of_every_combination(case):
     inst = CASES[case]()
