@@ -612,17 +612,20 @@ class FamilyBounds:
                 gs[r, x], ds[r, x] = self.syncs(g, t, fam.cp, fam.dp, per_group)
         return gs, ds
 
-    def _sync_rows(self, fam: StageFamily, k: np.ndarray, terms: tuple) -> tuple:
-        """What apart_choices and joint_keys read of the choices at positions `k` of combos'
-        order (their `terms`): per row (choices x mbs x scenarios, groups) the floors t, stage
+    def _sync_rows(self, fam: StageFamily, k: np.ndarray, terms: tuple, grid: np.ndarray | None = None) -> tuple:
+        """What apart_choices and joint_keys read of the choices at positions `k` of `terms`
+        (combos' rows): per row (choices x mbs x scenarios, groups) the floors t, stage
         counts, syncs g and d (syncs), and per row m (the lone class's micro-batches); per
         (choices, mbs, scenarios) fill_drain_relaxed_s of the floors and the least slowest sync
-        over real splits."""
+        over real splits. `grid`: the choices' positions in the family's grid, which the syncs
+        read (tp per group); None where `terms` are the whole grid's (then `k` itself). joint_keys'
+        terms are its popped choices' alone (combos' `only`): read at `k` the syncs were the
+        grid's first choices', not theirs (found by the row1c helper)."""
         _, _, counts, floors, _, _ = terms
         L, gb = self.inst.model.layers, self.inst.job.global_batch
         C, G = len(k), counts.shape[1]
         nb, ns = floors.shape[2], floors.shape[3]
-        gs, ds = self._choice_syncs(fam, k)
+        gs, ds = self._choice_syncs(fam, k if grid is None else grid)
         c = counts[k].astype(float)[:, :, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             least_sync = np.maximum((ds + gs).max(axis=1), (L + (c * ds / gs).sum(axis=1)) / (c / gs).sum(axis=1))
@@ -705,7 +708,7 @@ class FamilyBounds:
         bounds = np.maximum(bounds, self.fill_drain_choices(fam, k.tolist(), terms))
         if not len(self._can_rise(terms, k, can_win)):  # (none it may prune)
             return bounds
-        t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms)
+        t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms, pos)
         apart = pipeline + least_sync
         got = self._per_b(terms, k, apart)
         bounds = np.maximum(bounds, got.min(axis=1))

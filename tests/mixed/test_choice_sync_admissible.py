@@ -51,10 +51,12 @@ def slow_sync_instance(seed: int) -> Instance:
 
 # seeds 1 and 2 (83 choices each) take 6 s of CPU apiece for the same verdict
 SEEDS = (0, 3, 4)
-# some key reaches at least this share of its least optimum on each seed (measured: 0.960, 0.947
-# and 0.923 of it; without the syncs 0.915, 0.907 and 0.904, so this fails there too): a key
-# raised by 4.2% more fails the first check on seed 0, by 8.4% on each
-CLOSE = 0.92
+# some key reaches at least this share of its least optimum on each seed (measured: 0.942, 0.927
+# and 0.918 of it; without the syncs 0.915, 0.907 and 0.904, so this fails there too): a key
+# raised by 6.2% more fails the first check on seed 0, by 9% on each. (0.960, 0.947 and 0.923
+# were measured while a popped batch's choices read other choices' syncs: see
+# test_a_choice_joint_key_is_its_own_whoever_is_popped_with_it)
+CLOSE = {0: 0.94, 3: 0.925, 4: 0.915}
 
 
 def _choice_keys(inst, joint: bool = True) -> list[tuple[float, list]]:
@@ -104,4 +106,31 @@ def test_each_choice_key_read_with_its_syncs_is_at_most_its_least_optimum(seed, 
         assert key <= best * (1 + 1e-12), (key, best)
         raised += key > plain * (1 + 1e-9)
         closest = max(closest, key / best)
-    assert checked and raised and closest > CLOSE, (checked, raised, closest)
+    assert checked and raised and closest > CLOSE[seed], (checked, raised, closest)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_choice_joint_key_is_its_own_whoever_is_popped_with_it(seed, deferred):
+    # a popped choice's joint key reads its own tp per group's syncs: read alone and read in one
+    # batch with every other choice of its family, it is the same float. (The batch's terms are
+    # its choices' alone, and the syncs were once read at the batch's row numbers as grid
+    # positions: the grid's first choices' syncs, so one choice's key moved with its company.)
+    inst = slow_sync_instance(seed)
+    lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
+    bar = lambda lb: lb < math.inf  # every choice can win: the joint reading is read for each
+    compared = moved = 0
+    for f, fam in enumerate(lazy.families):
+        if not isinstance(fam, StageFamily):
+            continue
+        choices = [ch for ch in lazy.open_family(f, bar) if lazy.joint_reads(ch)]
+        if len(choices) < 2:
+            continue
+        together = lazy.joint_keys(choices, bar)
+        # reversed: each choice at another row of the batch than alone or in order
+        backwards = lazy.joint_keys(choices[::-1], bar)[::-1]
+        for ch, t, b in zip(choices, together, backwards):
+            alone = lazy.joint_keys([ch], bar)[0]
+            assert alone == t == b, (ch.index, alone, t, b)
+            compared += 1
+            moved += alone != lazy.joint_keys([choices[0]], bar)[0]
+    assert compared and moved  # some choices' keys differ: the check can tell them apart
