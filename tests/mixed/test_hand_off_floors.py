@@ -11,8 +11,8 @@ micro-batches), tied embeddings drawn, ZeRO 0, 1 and 3, tp 1 or 2 per group and 
 - The terms are build's own: per stage, the floors' stage time and stage sync equal the priced
   coefficients' wherever build adds nothing the floors leave out (no ZeRO-3, whose per-layer
   gathers the floors leave out), and are at most them everywhere.
-- Each configuration's bound is at most its optimum, found by brute force (_optimum: every split
-  the chunk rule allows, the embedding / loss slots included, each with the fewest recomputed
+- Each configuration's bound is at most its optimum, found by brute force
+  (test_unpriced_memory._optimum with the configuration's slots: every split the chunk rule allows, the embedding / loss slots included, each with the fewest recomputed
   layers of the framework's pattern that fit, and every micro-batch vector).
 - The terms raise the bound of some configurations (against the same bound with them 0), and
   some bound reaches CLOSE of its optimum: floors raised by 0.1% would fail the second check.
@@ -21,12 +21,12 @@ micro-batches), tied embeddings drawn, ZeRO 0, 1 and 3, tp 1 or 2 per group and 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 
 import numpy as np
 import pytest
 from randinst import Space, toy_model
+from test_unpriced_memory import _optimum
 
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers, class_placement
@@ -34,9 +34,8 @@ from paraplan.cost.coefficients import build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 from paraplan.solver.bounds import unpriced_memory
-from paraplan.solver.exhaustive import compositions
-from paraplan.solver.search import pattern_recompute, problems_for, scenario_weights
-from paraplan.solver.space import declared_outers, micro_batch_vectors
+from paraplan.solver.search import problems_for, scenario_weights
+from paraplan.solver.space import declared_outers
 
 
 def slow_links_instance(seed: int) -> Instance:
@@ -73,28 +72,6 @@ CLOSE = 0.999
 # configurations checked per seed at most (a seeded draw of the pipelines through two groups or
 # more): brute force over every split takes most of the test's time
 PER_SEED = 120
-
-
-def _optimum(o, p) -> float:
-    """The configuration's optimum by brute force: every split of every class that
-    cost/pipeline_split.py's chunk rule allows (exhaustive.compositions with the configuration's
-    embedding / loss slots: stage s holds n_s layers plus its slot, a multiple of v), each with
-    the fewest fully recomputed layers of the framework's pattern that fit (the objective grows
-    with every recompute count: search.pattern_recompute), and every micro-batch vector; inf
-    where no split fits. (test_unpriced_memory._optimum reads no slots: on a configuration with
-    them it lists splits the chunk rule forbids and leaves out others.)"""
-    mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, False, o.virtual_stages, p.paired)
-    slots = (o.embedding_in_split, o.loss_in_split)
-    splits = [compositions(p.layers, p.pp(k), p.virtual_stages, slots) for k in range(p.classes)]
-    best = np.inf
-    for n in itertools.product(*splits):
-        n = [np.asarray(x, float) for x in n]
-        r = pattern_recompute(p, n)
-        if r is None:
-            continue
-        for m in mvecs:
-            best = min(best, p.evaluate(tuple(int(x) for x in m), n, r)[0])
-    return best
 
 
 def _pipelines(inst) -> list:
@@ -146,7 +123,7 @@ def test_each_bound_is_at_most_its_optimum(seed, monkeypatch):
         assert lb >= lb0, o  # the placed terms only add (each >= 0)
         if p is None:
             continue
-        opt = _optimum(o, p)
+        opt = _optimum(o, p, (o.embedding_in_split, o.loss_in_split))
         if not np.isfinite(opt):
             continue
         checked += 1

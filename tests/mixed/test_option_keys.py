@@ -117,16 +117,22 @@ def test_slowest_stage_with_the_output_layer_is_the_brute_force_split():
     assert cases > 100 and exact > cases // 2 and headed > 0
 
 
+def _stage_wise(inst) -> tuple:
+    """What the stage-wise class tests read of `inst` at tp 1, cp 1: the search's partials, their
+    family bounds, its recompute floor, the pipeline ZeRO stages, the layers, tp, cp, the GPUs in
+    all and the (sp, ZeRO) modes."""
+    lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
+    rc = RecomputeFloor(lazy.fb)
+    zeros, tp, cp = lazy.ob.pipe_zeros, 1, 1
+    return (lazy, lazy.fb, rc, zeros, inst.model.layers, tp, cp, sum(g.num_gpus for g in inst.cluster.groups),
+            list(itertools.product(rc.sps(tp, cp), zeros)))
+
+
 def test_stage_wise_class_reads_each_order_at_its_places():
     # a Llama-3 70B-wide layer and vocabulary on tiny-2types (memory binds at a few layers a
     # stage; the output layer is about a layer's time), the options on
     inst = tiny2((4, 4), (1,), 6, 16, model=dict(WIDE, vocab=128256), **OPTIONS)
-    lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
-    fb = lazy.fb
-    rc = RecomputeFloor(fb)
-    zeros, L, tp, cp = lazy.ob.pipe_zeros, inst.model.layers, 1, 1
-    most = sum(g.num_gpus for g in inst.cluster.groups)
-    modes = list(itertools.product(rc.sps(tp, cp), zeros))
+    lazy, fb, rc, zeros, L, tp, cp, most, modes = _stage_wise(inst)
     exact = headed = cases = 0
     for counts in [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (3, 2)]:
         got = stage_class_slowest_s(rc, dict(zip((0, 1), counts)), tp, cp, zeros, most)[0]
@@ -191,12 +197,7 @@ def test_stage_wise_class_at_v_reads_whole_chunks_at_interleaved_counts(partitio
     keys = dict(OPTIONS, virtual_stages=[1, 2, 3, 4]) | ({} if partitions else {"tensor_partitions": ["megatron"]})
     inst = tiny2((4, 4), (1,), 12, 32, model=dict(WIDE, vocab=128256), **keys)
     assert split_slots_run(inst.job, inst.search) is not partitions
-    lazy = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
-    fb = lazy.fb
-    rc = RecomputeFloor(fb)
-    zeros, L, tp, cp = lazy.ob.pipe_zeros, inst.model.layers, 1, 1
-    most = sum(g.num_gpus for g in inst.cluster.groups)
-    modes = list(itertools.product(rc.sps(tp, cp), zeros))
+    lazy, fb, rc, zeros, L, tp, cp, most, modes = _stage_wise(inst)
     exact = chunked = cases = 0
     vs = (2, 3, 4)
     for counts in [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3)]:

@@ -99,10 +99,13 @@ def test_the_memory_half_is_builds(name, inst):
     assert seen or not any(problems), name  # random 0 fits nothing: its refusals are compared
 
 
-def _optimum(o, p) -> float:
-    """The configuration's optimum by brute force (module docstring)."""
+def _optimum(o, p, slots: tuple[bool, bool] = (False, False)) -> float:
+    """The configuration's optimum by brute force (module docstring). `slots`: the embedding /
+    loss counted as layer slots (exhaustive.compositions' chunk rule; test_hand_off_floors passes
+    the configuration's own); without them, on a configuration with slots, the splits listed are
+    not the chunk rule's."""
     mvecs = micro_batch_vectors(o.classes, p.total_micro_batches, False, o.virtual_stages, p.paired)
-    splits = [compositions(p.layers, p.pp(k), p.virtual_stages) for k in range(p.classes)]
+    splits = [compositions(p.layers, p.pp(k), p.virtual_stages, slots) for k in range(p.classes)]
     best = np.inf
     for n in itertools.product(*splits):
         n = [np.asarray(x, float) for x in n]
