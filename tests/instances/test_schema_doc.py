@@ -135,9 +135,10 @@ def _key_tables_read() -> set[tuple[str, str]]:
             if not ((isinstance(f, ast.Name) and f.id == "Section")
                     or (isinstance(f, ast.Attribute) and f.attr == "section")):
                 continue
-            last = node.args[-1]
-            if isinstance(last, ast.Name) and last.id.endswith("KEYS"):
-                found.add((imported.get(last.id, module), last.id))
+            last = node.args[-1]  # a key tuple, or either of two (`A_KEYS if x else B_KEYS`)
+            for name in ([last.body, last.orelse] if isinstance(last, ast.IfExp) else [last]):
+                if isinstance(name, ast.Name) and name.id.endswith("KEYS"):
+                    found.add((imported.get(name.id, module), name.id))
     return found
 
 
