@@ -33,7 +33,6 @@ from typing import Any
 
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.ranges import out_of_range, range_text
-from paraplan.cost.space_rules import search_refusal
 from paraplan.cost.specs import (Cluster, Instance, JobSpec, ModelSpec, NodeGroup, PipelineSchedule,
                                  SearchSpace)
 from paraplan.cost.specs import Scenario, Switching
@@ -42,8 +41,7 @@ from paraplan.cost.readers.fields import Section, describe
 from paraplan.cost.readers.gpus import catalogue_with_gpu_types
 from paraplan.cost.readers.model import MODEL_KEYS, model_from_section
 from paraplan.cost.readers.job import JOB_KEYS, job_from_section
-from paraplan.cost.readers.checks import (check_gpu_features, check_gpu_prices, check_job_options,
-                                          check_megatron_only, check_moe_overlaps)
+from paraplan.cost.readers.checks import check_megatron_only, check_whole
 from paraplan.cost.readers.search import SEARCH_KEYS, release_search_of, search_from_section
 from paraplan.cost.readers.cluster import (CLUSTER_KEYS, GROUPS_CLUSTER_KEYS, group_from_section,
                                            is_groups_mapping, network_from_section)
@@ -182,7 +180,7 @@ def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str 
 def _read(data: Any, path: str, prefix: str, parts: _Parts) -> Instance:
     """The one instance reader: `data` (read from `path`, its fields under `prefix`) in either
     form, each section that `parts` gives taken from there instead (the file's own still
-    checked in full); then what every instance is checked for as a whole (_checked)."""
+    checked in full); then what every instance is checked for as a whole (checks.check_whole)."""
     if parts.given():
         _no_groups(data, path)
     groups = is_groups_mapping(data)
@@ -213,8 +211,8 @@ def _read(data: Any, path: str, prefix: str, parts: _Parts) -> Instance:
     search = release_search_of(source, search, job,
                                frozenset(search_sec.raw) if search_sec is not None else frozenset())
     nominal = cluster.cluster() if groups else Cluster.of(cluster)
-    inst = _checked(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
-                             source=source), search_sec)
+    inst = check_whole(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
+                                source=source), search_sec, source)
     scenarios = read_scenarios(top, cluster, nominal) if top.has("scenarios") else ()
     timeline = read_timeline(top, scenarios or [Scenario(name=NOMINAL, cluster=nominal)]) \
         if top.has("timeline") else ()
@@ -228,24 +226,6 @@ def _own_or_part(top: Section, key: str, part, read):
     file's own section, if it has one, still read and so checked)."""
     own = read() if top.has(key) or part is None else None
     return own if part is None else part
-
-
-def _checked(inst: Instance, search_sec: Section | None) -> Instance:
-    """`inst` after the checks made of the whole instance: what the job needs of every GPU type
-    and its options against the model and the space, and the values listed in `search_sec`
-    (None: none) that no plan can run (cost/space_rules.search_refusal), named in that section's
-    file."""
-    source, job, model, search = inst.source, inst.job, inst.model, inst.search
-    gpus = tuple(g.gpu for g in inst.cluster.groups)
-    check_gpu_features(source, job, gpus)
-    check_gpu_prices(source, job, gpus)
-    check_moe_overlaps(source, job, model, search)
-    check_job_options(source, job, model, search)
-    if search_sec is not None:
-        refusal = search_refusal(search, model, inst.cluster, job, frozenset(search_sec.raw))
-        if refusal is not None:
-            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
-    return inst
 
 
 _TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
