@@ -540,15 +540,20 @@ def _model_chunks(plan: Plan, inst: Instance) -> None:
             raise ConfigError(problem)
 
 
+def _interleaved_stages(plan: Plan, inst: Instance) -> None:
+    if plan.virtual_stages > 1 and any(len(c.stage_groups) == 1 for c in plan.classes):
+        raise ConfigError(f"virtual_stages={plan.virtual_stages} needs pp > 1 in every class")
+
+
 def _interleaved_micro_batches(plan: Plan, inst: Instance) -> None:
     v = plan.virtual_stages
     if v <= 1:
         return
     for c in plan.classes:
         pp = len(c.stage_groups)
-        if pp == 1 or c.num_micro_batches % pp:
-            raise ConfigError(f"virtual_stages={v} needs every class to have pp > 1 and a"
-                              " micro-batch count that is a multiple of pp")
+        if c.num_micro_batches % pp:
+            raise ConfigError(f"virtual_stages={v} needs every class's micro-batch count to be a"
+                              " multiple of its pp")
         if len(plan.classes) > 1 and c.num_micro_batches < 2 * pp:
             raise ConfigError(f"virtual_stages={v} with several classes needs >= 2 pp"
                               " micro-batches per replica (solver/space.py)")
@@ -609,7 +614,7 @@ def _framework_runs_it(plan: Plan, inst: Instance) -> None:
 RULES = (_stages_and_layers, _asymmetric_pipeline, _group_tp, _gpus_per_group, _global_batch, _heads,
          _context_and_sequence_parallel, _dense_prefix, _selective_or_full, _recompute_pattern,
          _latent_attention,
-         _micro_batches_per_class, _model_chunks, _zero_and_expert_degrees, _expert_fold,
+         _micro_batches_per_class, _interleaved_stages, _model_chunks, _zero_and_expert_degrees, _expert_fold,
          _partitions, _zero_shards)
 # What a plan over node groups must also keep, and a flat plan need not: the flat plan is also
 # the record `simulate` prices what-ifs and each exporter's emitted configuration with (a

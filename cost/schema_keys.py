@@ -307,20 +307,31 @@ SEARCH = SectionDoc("search", "`search:`", "Narrows the declared space the plann
                         Key("objective", "string", FIELD_DEFAULT, "mean, p1 to p99"),
                     ))
 
-PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `plan:`. `paraplan"
-                  " plan -o` also writes the instance it was made for beside it, under"
-                  " `instance:`.", "cost.readers.plan_reader:_PLAN_KEYS", Plan, (
-                      Key("tp", "integer"),
+PLAN_MODES = SectionDoc("plan", "Plan file, either form", "At top level or under `plan:`. `paraplan"
+                        " plan -o` also writes the instance it was made for beside it, under"
+                        " `instance:`. What every replica class of the plan shares; the one-type"
+                        " form adds its one class's keys, the group format lists its classes.",
+                        "cost.readers.plan_reader:_MODE_KEYS", Plan, (
+                            Key("tp", "integer"),
+                            Key("cp", "integer", FIELD_DEFAULT),
+                            Key("virtual_stages", "integer", FIELD_DEFAULT),
+                            Key("micro_batch", "integer"),
+                            Key("sequence_parallel", "boolean", FIELD_DEFAULT),
+                            Key("recompute", "string", FIELD_DEFAULT, "none, selective, full"),
+                            Key("zero", "integer", FIELD_DEFAULT),
+                            Key("ep", "integer", FIELD_DEFAULT),
+                            Key("etp", "integer", "tp"),
+                            Key("embedding_in_split", "boolean", FIELD_DEFAULT),
+                            Key("loss_in_split", "boolean", FIELD_DEFAULT),
+                            Key("zero_bubble", "string", "none (1F1B)", ZeroBubble),
+                        ))
+
+PLAN = SectionDoc("plan", "Plan file (one GPU type)", "Its one replica class: dp replicas of pp"
+                  " stages on every GPU.", "cost.readers.plan_reader:_PLAN_KEYS", Plan, (
                       Key("pp", "integer", record=Outer),
                       Key("dp", "integer", record=Outer),
-                      Key("cp", "integer", FIELD_DEFAULT),
-                      Key("micro_batch", "integer"),
                       Key("num_micro_batches", "integer", "global_batch / (dp x micro_batch)",
                           record=ReplicaClass),
-                      Key("sequence_parallel", "boolean", FIELD_DEFAULT),
-                      Key("recompute", "string", FIELD_DEFAULT, "none, selective, full"),
-                      Key("zero", "integer", FIELD_DEFAULT),
-                      Key("virtual_stages", "integer", FIELD_DEFAULT),
                       Key("layers_per_stage", "list of integers",
                           "the default split (cost/readers/plan_reader.default_layer_split)",
                           record=ReplicaClass),
@@ -328,17 +339,12 @@ PLAN = SectionDoc("plan", "Plan file (one GPU type)", "At top level or under `pl
                           "all 0, or layers_per_stage for recompute: full", record=ReplicaClass),
                       Key("partitions", "mapping of operator to partition", "Megatron 1-D",
                           record=ReplicaClass),
-                      Key("ep", "integer", FIELD_DEFAULT),
-                      Key("etp", "integer", "tp"),
                       # the two read into layers_per_stage (cost/pipeline_split.megatron_split)
                       Key("first_stage_layers", "integer", "none", meaning="Megatron-core's"
                           " --decoder-first-pipeline-num-layers; the middle stages even"),
                       Key("last_stage_layers", "integer", "none", meaning="Megatron-core's"
                           " --decoder-last-pipeline-num-layers"),
-                      Key("embedding_in_split", "boolean", FIELD_DEFAULT),
-                      Key("loss_in_split", "boolean", FIELD_DEFAULT),
-                      Key("zero_bubble", "string", "none (1F1B)", ZeroBubble),
-                  ))
+                  ), includes=PLAN_MODES)
 
 # --- node groups, scenarios, events (cost/readers/) ------------------------------------------
 
@@ -346,17 +352,10 @@ GROUPS_TOP = SectionDoc("", "Group-format instance file, top level", "A file is 
                         " format when its `cluster:` holds `groups:`; `model`, `job`,"
                         " `gpu_types` and `search` are as above.",
                         "cost.readers.instance:_GROUP_TOP_KEYS", Instance, (
-                            Key("name", "string"),
-                            Key("model", "mapping"),
-                            Key("cluster", "mapping"),
-                            Key("job", "mapping"),
-                            Key("gpu_types", "mapping", "none",
-                                meaning="as in the one-type file"),
-                            Key("search", "mapping", "the whole space"),
                             Key("scenarios", "list", "none"),
                             Key("timeline", "list", "none"),
                             Key("switching", "mapping", "below"),
-                        ))
+                        ), includes=TOP)
 
 GROUPS_CLUSTER = SectionDoc("cluster", "`cluster:` (group format)", "",
                             "cost.readers.cluster:GROUPS_CLUSTER_KEYS", Cluster, (
@@ -452,24 +451,11 @@ EVENT = SectionDoc("event", "`event:`", "Exactly one of `remaining_hours` and"
                        Key("remaining_iterations", "integer", "none", meaning="iterations left"),
                    ))
 
-GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "At top level or under `plan:`."
-                         " The plan's classes share its degrees and modes.",
-                         "cost.readers.plan_reader:_CLASS_PLAN_KEYS", Plan, (
-                             Key("tp", "integer"),
-                             Key("cp", "integer", FIELD_DEFAULT),
-                             Key("virtual_stages", "integer", FIELD_DEFAULT),
-                             Key("micro_batch", "integer"),
-                             Key("sequence_parallel", "boolean", FIELD_DEFAULT),
-                             Key("recompute", "string", FIELD_DEFAULT, "none, selective, full"),
-                             Key("zero", "integer", FIELD_DEFAULT),
+GROUPS_PLAN = SectionDoc("plan", "Plan file (group format)", "The plan's classes share its"
+                         " degrees and modes.", "cost.readers.plan_reader:_CLASS_PLAN_KEYS", Plan, (
                              Key("family", "string", FIELD_DEFAULT, "stage, replica, mixed"),
-                             Key("ep", "integer", FIELD_DEFAULT),
-                             Key("etp", "integer", "tp"),
-                             Key("embedding_in_split", "boolean", FIELD_DEFAULT),
-                             Key("loss_in_split", "boolean", FIELD_DEFAULT),
-                             Key("zero_bubble", "string", "none (1F1B)", ZeroBubble),
                              Key("classes", "list"),
-                         ))
+                         ), includes=PLAN_MODES)
 
 CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.readers.plan_reader:_CLASS_KEYS",
                    ReplicaClass, (
@@ -485,7 +471,7 @@ CLASS = SectionDoc("plan.classes[]", "`classes[]`", "", "cost.readers.plan_reade
                    ))
 
 # The page's order: the one-type files, then the group format.
-ONE_TYPE = (TOP, MODEL, MOE, MLA, CLUSTER, JOB, GPU, SEARCH, CLUSTER_FILE, JOB_FILE, PLAN)
+ONE_TYPE = (TOP, MODEL, MOE, MLA, CLUSTER, JOB, GPU, SEARCH, CLUSTER_FILE, JOB_FILE, PLAN_MODES, PLAN)
 GROUP_FORMAT = (GROUPS_TOP, GROUPS_CLUSTER, GROUP, LINK, SCENARIO, GROUP_CHANGE, LINK_CHANGE,
                 PERIOD, SWITCHING, EVENT_FILE, EVENT, GROUPS_PLAN, CLASS)
 SECTIONS = ONE_TYPE + GROUP_FORMAT

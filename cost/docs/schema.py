@@ -91,8 +91,7 @@ def section_table(sec: SectionDoc) -> str:
         cells = (f"`{k.name}`", _kind(k), _default(k, sec), _values(k), meaning(k, sec))
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if sec.includes:
-        where = sec.includes.path
-        lines.append(f"| every key of `{where}:` | | | | as in a one-type `{where}:` |")
+        lines.append(f"| every key of {sec.includes.title} | | | | as there |")
     return "\n".join(lines) + "\n"
 
 

@@ -8,9 +8,30 @@ every command meets the refusal the same way.
 from __future__ import annotations
 
 from paraplan.cost.errors import InstanceError
-from paraplan.cost.specs import (Framework, GpuSpec, JobSpec, Mlp, ModelSpec, MoeDispatcher,
+from paraplan.cost.space_rules import search_refusal
+from paraplan.cost.specs import (Framework, GpuSpec, Instance, JobSpec, Mlp, ModelSpec, MoeDispatcher,
                                  PipelineSchedule, Precision, RecomputeModule, SearchSpace)
-from paraplan.cost.readers.fields import did_you_mean
+from paraplan.cost.readers.fields import Section, did_you_mean
+
+
+def check_whole(inst: Instance, search_sec: Section | None, source: str) -> Instance:
+    """`inst` once it is whole, checked as every instance reader and `--search` check it: what
+    the job needs of every GPU type, its options against the model and the space, and the
+    values listed in `search_sec` (None: none) that no plan can run
+    (cost/space_rules.search_refusal), named in that section's file; the others name `source`.
+    MoE layers' and latent attention's framework (check_megatron_only) is checked before the
+    search is read, which meets framework rules."""
+    job, model, search = inst.job, inst.model, inst.search
+    gpus = tuple(g.gpu for g in inst.cluster.groups)
+    check_gpu_features(source, job, gpus)
+    check_gpu_prices(source, job, gpus)
+    check_moe_overlaps(source, job, model, search)
+    check_job_options(source, job, model, search)
+    if search_sec is not None:
+        refusal = search_refusal(search, model, inst.cluster, job, frozenset(search_sec.raw))
+        if refusal is not None:
+            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
+    return inst
 
 
 def check_megatron_only(source: str, job: JobSpec, model: ModelSpec) -> None:

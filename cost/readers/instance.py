@@ -27,22 +27,21 @@ plan its one class on every GPU, else the classes.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.ranges import out_of_range, range_text
-from paraplan.cost.space_rules import search_refusal
-from paraplan.cost.specs import Cluster, Instance, PipelineSchedule, SearchSpace
+from paraplan.cost.specs import (Cluster, Instance, JobSpec, ModelSpec, NodeGroup, PipelineSchedule,
+                                 SearchSpace)
 from paraplan.cost.specs import Scenario, Switching
 from paraplan.cost.readers.strict_yaml import read_yaml
 from paraplan.cost.readers.fields import Section, describe
 from paraplan.cost.readers.gpus import catalogue_with_gpu_types
 from paraplan.cost.readers.model import MODEL_KEYS, model_from_section
 from paraplan.cost.readers.job import JOB_KEYS, job_from_section
-from paraplan.cost.readers.checks import (check_gpu_features, check_gpu_prices, check_job_options,
-                                          check_megatron_only, check_moe_overlaps)
+from paraplan.cost.readers.checks import check_megatron_only, check_whole
 from paraplan.cost.readers.search import SEARCH_KEYS, release_search_of, search_from_section
 from paraplan.cost.readers.cluster import (CLUSTER_KEYS, GROUPS_CLUSTER_KEYS, group_from_section,
                                            is_groups_mapping, network_from_section)
@@ -50,7 +49,6 @@ from paraplan.cost.readers.scenarios import (NOMINAL, SWITCHING_KEYS, read_scena
                                              read_switching, read_timeline)
 
 
-_TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
 _CLUSTER_FILE_KEYS = ("cluster", "gpu_types")
 _JOB_FILE_KEYS = ("job", "search")
 
@@ -72,16 +70,6 @@ def carries_instance(data: Any) -> bool:
     """Whether `data` (a file as read) is a plan file carrying its instance: `plan:` and
     `instance:`, nothing else."""
     return isinstance(data, dict) and set(data) == {"plan", PLAN_FILE_INSTANCE_KEY}
-
-
-def _read_alone(data: Any, path: str) -> Instance | None:
-    """The instance a file given alone holds in a form no part file takes: the one a plan file
-    carries, or node groups; None for a flat instance file."""
-    if carries_instance(data):
-        return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], path, PLAN_FILE_INSTANCE_KEY)
-    if is_groups_mapping(data):
-        return instance_from_mapping(data, path, prefix="")
-    return None
 
 
 def _no_groups(data: Any, path: str) -> Any:
@@ -137,78 +125,47 @@ def load_instance_parts(instance: str | Path | None, *, hf_config: str | Path | 
     included, and every error names the file it comes from.
     """
     _check_part_arguments(instance, hf_config, cluster, job, seq_len)
-    name = model_spec = group = job_spec = None
-    search_sec: Section | None = None  # parsed once the job (and its framework) is known
-    sources = []
-    if instance is not None:
-        path = str(instance)
-        sources.append(path)
-        data = read_yaml(path)
-        alone = _read_alone(data, path) if hf_config is cluster is job is seq_len is None else None
-        if alone is not None:
-            return alone
-        top = Section(_no_groups(data, path), path, "", _TOP_KEYS)
-        name = top.string("name")
-        gpus = catalogue_with_gpu_types(top)
-        if top.has("search"):
-            search_sec = top.section("search", SEARCH_KEYS)
-            search_from_section(search_sec)  # check its own values now, in file order
-        if top.has("model") or hf_config is None:
-            model_spec = model_from_section(top.section("model", MODEL_KEYS), name)
-        if top.has("cluster") or cluster is None:
-            group = group_from_section(top.section("cluster", CLUSTER_KEYS), gpus)
-        if top.has("job") or job is None:
-            job_spec = job_from_section(top.section("job", JOB_KEYS))
+    data = None if instance is None else read_yaml(instance)
+    if carries_instance(data) and hf_config is cluster is job is seq_len is None:
+        return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], instance, PLAN_FILE_INSTANCE_KEY)
+    parts = _Parts([] if instance is None else [str(instance)], seq_len)
     if hf_config is not None:
-        sources.append(str(hf_config))
+        parts.sources.append(str(hf_config))
         # imported here: the Hugging Face config reader (cost/hf_config.py) serves
         # --hf-config only, not a plan of an instance YAML (issue 33, start-up)
         from paraplan.cost.hf_config import model_from_hf_config
-        model_spec = model_from_hf_config(hf_config, seq_len)
-    elif seq_len is not None:
-        model_spec = replace(model_spec, seq_len=seq_len)
+        parts.model = model_from_hf_config(hf_config, seq_len)
     if cluster is not None:
         path = str(cluster)
-        sources.append(path)
+        parts.sources.append(path)
         top = Section(_no_groups(read_yaml(path), path), path, "", _CLUSTER_FILE_KEYS)
-        group = group_from_section(top.section("cluster", CLUSTER_KEYS),
-                                catalogue_with_gpu_types(top))
+        parts.group = group_from_section(top.section("cluster", CLUSTER_KEYS),
+                                         catalogue_with_gpu_types(top))
     if job is not None:
         path = str(job)
-        sources.append(path)
+        parts.sources.append(path)
         top = Section(read_yaml(path), path, "", _JOB_FILE_KEYS)
-        job_spec = job_from_section(top.section("job", JOB_KEYS))
+        parts.job = job_from_section(top.section("job", JOB_KEYS))
         if top.has("search"):
-            search_sec = top.section("search", SEARCH_KEYS)
-    assert model_spec and group and job_spec  # each comes from a part or the instance
-    source = " + ".join(sources)
-    check_megatron_only(source, job_spec, model_spec)  # before the search meets framework rules
-    search = SearchSpace() if search_sec is None else search_from_section(search_sec, job_spec.framework)
-    search = release_search_of(source, search, job_spec,
-                               frozenset(search_sec.raw) if search_sec is not None else frozenset())
-    if name is None:
-        name = f"{model_spec.name}-{group.num_gpus}x{group.gpu.name}"
-    return _checked(Instance(name=name, model=model_spec, cluster=Cluster.of(group), job=job_spec,
-                             search=search, source=source), search_sec)
+            parts.search = top.section("search", SEARCH_KEYS)
+    if data is None:  # the parts alone: an instance file naming only the instance
+        data = {"name": f"{parts.model.name}-{parts.group.num_gpus}x{parts.group.gpu.name}"}
+    return _read(data, "<arguments>" if instance is None else str(instance), "", parts)
 
 
-def _checked(inst: Instance, search_sec: Section | None) -> Instance:
-    """`inst` after the checks every instance reader makes of the whole: MoE layers' and latent
-    attention's framework, what the job needs of every GPU type and its options against the model and the
-    space, and the values listed in `search_sec` (None: none) that no plan can run
-    (cost/space_rules.search_refusal), named in that section's file."""
-    source, job, model, search = inst.source, inst.job, inst.model, inst.search
-    check_megatron_only(source, job, model)
-    gpus = tuple(g.gpu for g in inst.cluster.groups)
-    check_gpu_features(source, job, gpus)
-    check_gpu_prices(source, job, gpus)
-    check_moe_overlaps(source, job, model, search)
-    check_job_options(source, job, model, search)
-    if search_sec is not None:
-        refusal = search_refusal(search, model, inst.cluster, job, frozenset(search_sec.raw))
-        if refusal is not None:
-            raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
-    return inst
+@dataclass
+class _Parts:
+    """The files read, in order (the instance's source); what part files give in place of an
+    instance file's sections (None: nothing), and the `seq_len` argument."""
+    sources: list[str]
+    seq_len: int | None = None
+    model: ModelSpec | None = None
+    group: NodeGroup | None = None
+    job: JobSpec | None = None
+    search: Section | None = None
+
+    def given(self) -> bool:
+        return any(x is not None for x in (self.model, self.group, self.job, self.seq_len))
 
 
 def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str = "") -> Instance:
@@ -217,34 +174,59 @@ def instance_from_mapping(data: Any, path: str | Path = "<memory>", prefix: str 
     group, a `cluster:` with `groups:` as the groups it lists, with its scenarios, timeline and
     switching costs. Checked like an instance file; errors name `path` and the field under
     `prefix`."""
-    path = str(path)
+    return _read(data, str(path), prefix, _Parts([str(path)]))
+
+
+def _read(data: Any, path: str, prefix: str, parts: _Parts) -> Instance:
+    """The one instance reader: `data` (read from `path`, its fields under `prefix`) in either
+    form, each section that `parts` gives taken from there instead (the file's own still
+    checked in full); then what every instance is checked for as a whole (checks.check_whole)."""
+    if parts.given():
+        _no_groups(data, path)
     groups = is_groups_mapping(data)
     top = Section(data, path, prefix, _GROUP_TOP_KEYS if groups else _TOP_KEYS)
+    source = " + ".join(parts.sources)
     name = top.string("name")
     gpus = catalogue_with_gpu_types(top)
-    model = model_from_section(top.section("model", MODEL_KEYS), name)
-    job = job_from_section(top.section("job", JOB_KEYS))
+    search_sec = top.section("search", SEARCH_KEYS) if top.has("search") else None
+    if search_sec is not None:
+        search_from_section(search_sec)  # check its own values now, in file order
+    model = _own_or_part(top, "model", parts.model,
+                         lambda: model_from_section(top.section("model", MODEL_KEYS), name))
+    if parts.model is None and parts.seq_len is not None:
+        model = replace(model, seq_len=parts.seq_len)
+    cluster = _own_or_part(top, "cluster", parts.group, lambda: (
+        network_from_section(top.section("cluster", GROUPS_CLUSTER_KEYS), gpus) if groups
+        else group_from_section(top.section("cluster", CLUSTER_KEYS), gpus)))
+    job = _own_or_part(top, "job", parts.job, lambda: job_from_section(top.section("job", JOB_KEYS)))
     if groups and job.pipeline_schedule is not PipelineSchedule.ONE_F_ONE_B:
         raise InstanceError(path, "job.pipeline_schedule", "DualPipe is planned and priced for"
                             " one GPU type only (cost/dualpipe.py: a device holds two stages, which"
                             " on a mixed cluster could sit on different GPU types)",
                             "remove pipeline_schedule, or plan a homogeneous cluster")
-    search_sec = top.section("search", SEARCH_KEYS) if top.has("search") else None
+    search_sec = parts.search or search_sec
+    check_megatron_only(source, job, model)  # before the search meets framework rules
     search = (SearchSpace() if search_sec is None
               else search_from_section(search_sec, job.framework))
-    search = release_search_of(path, search, job, frozenset(top.raw.get("search") or ()))
-    net = (network_from_section(top.section("cluster", GROUPS_CLUSTER_KEYS), gpus) if groups
-           else None)
-    nominal = net.cluster() if groups else Cluster.of(
-        group_from_section(top.section("cluster", CLUSTER_KEYS), gpus))
-    nominal_inst = _checked(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
-                                     source=path), search_sec if groups else None)
-    scenarios = read_scenarios(top, net, nominal) if top.has("scenarios") else ()
+    search = release_search_of(source, search, job,
+                               frozenset(search_sec.raw) if search_sec is not None else frozenset())
+    nominal = cluster.cluster() if groups else Cluster.of(cluster)
+    inst = check_whole(Instance(name=name, model=model, cluster=nominal, job=job, search=search,
+                                source=source), search_sec, source)
+    scenarios = read_scenarios(top, cluster, nominal) if top.has("scenarios") else ()
     timeline = read_timeline(top, scenarios or [Scenario(name=NOMINAL, cluster=nominal)]) \
         if top.has("timeline") else ()
     switching = read_switching(top.section("switching", SWITCHING_KEYS)) \
         if top.has("switching") else Switching()
-    return replace(nominal_inst, scenarios=tuple(scenarios), timeline=timeline, switching=switching)
+    return replace(inst, scenarios=tuple(scenarios), timeline=timeline, switching=switching)
 
-_GROUP_TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search", "scenarios", "timeline",
-             "switching")
+
+def _own_or_part(top: Section, key: str, part, read):
+    """Section `key` of `top` as `read()` reads it, or `part` where a part file gives it (the
+    file's own section, if it has one, still read and so checked)."""
+    own = read() if top.has(key) or part is None else None
+    return own if part is None else part
+
+
+_TOP_KEYS = ("name", "model", "cluster", "job", "gpu_types", "search")
+_GROUP_TOP_KEYS = (*_TOP_KEYS, "scenarios", "timeline", "switching")

@@ -27,10 +27,6 @@ from paraplan.cost.readers.fields import (Section, check_int, config_errors_as, 
 from paraplan.cost.readers.instance import PLAN_FILE_INSTANCE_KEY, instance_from_mapping
 
 
-_PLAN_KEYS = ("tp", "pp", "dp", "cp", "micro_batch", "num_micro_batches", "sequence_parallel",
-              "recompute", "zero", "virtual_stages", "layers_per_stage", "full_recompute_layers",
-              "partitions", "ep", "etp", "first_stage_layers", "last_stage_layers",
-              "embedding_in_split", "loss_in_split", "zero_bubble")
 RECOMPUTE_FULL = "full"
 
 
@@ -56,77 +52,108 @@ def plan_from_mapping(mapping: Any, inst: Instance, path: str | Path = "<memory>
     """A Plan for `inst` from a plan mapping (bare, or as a plan file writes it: {'plan': {...}},
     with the instance it was made for under `instance:`, which plan_file_instance reads), in
     either form: replica classes (`classes:`), or a flat plan, the one class on every GPU of a
-    one-group cluster."""
+    one-group cluster.
+
+    One reader for both: the modes every class shares are read once, then each class, a flat
+    plan's keys (pp, dp, its split) being the one class's. What differs is written where it
+    differs: a flat plan's class sits on group 0 with `pp` stages and `dp` replicas, may leave out
+    num_micro_batches (the global batch's share) and gives its split as Megatron-core does
+    (first/last_stage_layers), and is checked on that group alone (Instance.group_alone)."""
     path = str(path)
     if isinstance(mapping, dict) and "plan" in mapping and set(mapping) <= {"plan", PLAN_FILE_INSTANCE_KEY}:
         mapping = mapping["plan"]
-    if len(inst.cluster.groups) > 1 or isinstance(mapping, dict) and "classes" in mapping:
-        return _class_plan(mapping, inst, path)
-    return _flat_plan(mapping, inst.group_alone(0), path)
-
-
-def _flat_plan(mapping: Any, inst: Instance, path: str) -> Plan:
-    """plan_from_mapping of a flat plan (module docstring) on `inst`'s one group."""
-    sec = Section(mapping, path, "plan", _PLAN_KEYS)
-    tp, pp, dp = sec.integer("tp"), sec.integer("pp"), sec.integer("dp")
+    flat = len(inst.cluster.groups) == 1 and not (isinstance(mapping, dict) and "classes" in mapping)
+    sec = Section(mapping, path, "plan", _PLAN_KEYS if flat else _CLASS_PLAN_KEYS)
+    names = tuple(x.name for x in inst.cluster.groups)
     micro_batch = sec.integer("micro_batch")
-    virtual_stages = sec.integer("virtual_stages", 1)
+    by_group = _group_tp(sec, names, path)  # tp: {GROUP: N, ...}, a tp per group
+    tp = 0 if by_group else sec.integer("tp")
+    v = sec.integer("virtual_stages", 1)
     recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
                            Recompute.NONE.value)
-
-    layers_per_stage, embedding, loss = plan_layer_split(sec, inst.model.layers, pp, virtual_stages)
-    zero_bubble = plan_zero_bubble(sec, inst)
-    if layers_per_stage is None:
-        layers = inst.model.layers
-        if layers % virtual_stages:
-            raise sec.error("virtual_stages", f"the model's {layers} layers do not divide into"
-                            f" chunks of virtual_stages={virtual_stages}",
-                            "choose virtual_stages dividing the layer count")
-        if layers // virtual_stages < pp:
-            raise sec.error("pp", f"pp={pp} stages x virtual_stages={virtual_stages} exceed the"
-                            f" model's {layers} layers", "use fewer pipeline stages")
-        layers_per_stage = default_layer_split(layers, pp, virtual_stages)
-
-    full = sec.int_list("full_recompute_layers", pp)
-    if full is None:
-        full = layers_per_stage if recompute == RECOMPUTE_FULL else (0,) * pp
-
-    if sec.has("num_micro_batches"):
-        num_micro_batches = sec.integer("num_micro_batches")
-    else:
-        batch = inst.job.global_batch
-        if batch % (dp * micro_batch):
-            raise sec.error("num_micro_batches", f"cannot be derived: global_batch={batch} is not"
-                            f" divisible by dp*micro_batch={dp * micro_batch}",
-                            "choose dp and micro_batch whose product divides global_batch")
-        num_micro_batches = batch // (dp * micro_batch)
-
-    m = inst.model
-    agree = (f"make the plan agree with instance '{inst.name}': {inst.cluster.num_gpus} GPUs,"
-             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads,"
+    modes = dict(micro_batch=micro_batch, cp=sec.integer("cp", 1), virtual_stages=v,
+                 zero=sec.integer("zero", 0), ep=sec.integer("ep", 1),
+                 etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
+                 sequence_parallel=sec.boolean("sequence_parallel", False),
+                 recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
+                 embedding_in_split=sec.boolean("embedding_in_split", False),
+                 loss_in_split=sec.boolean("loss_in_split", False),
+                 zero_bubble=plan_zero_bubble(sec, inst))
+    if not flat:
+        modes["family"] = sec.choice("family", FAMILIES, FAMILIES[0])
+    items = [("plan", sec)] if flat else [(field, Section(raw, path, field, _CLASS_KEYS))
+                                         for field, raw in list_items(sec, "classes", each="class")]
+    classes = tuple(_replica_class(sec, c, field, inst, names, flat, recompute == RECOMPUTE_FULL)
+                    for field, c in items)
+    if by_group:  # `tp` is the first stage's group's (ClassOuter.group_tp)
+        first = classes[0].stage_groups[0]
+        if first not in dict(by_group):
+            raise sec.error("tp", f"names no tp for group {names[first]!r}, which hosts the first"
+                            " stage", "give every group the plan uses its tp")
+        tp = dict(by_group)[first]
+    on = inst.group_alone(0) if flat else inst
+    m = on.model
+    agree = (f"make the plan agree with instance '{on.name}': groups"
+             f" {', '.join(f'{g.name} ({g.num_gpus} GPUs)' for g in on.cluster.groups)},"
+             f" {m.layers} layers, global_batch {on.job.global_batch}, {m.heads} heads,"
              f" {m.kv_heads} kv_heads, seq_len {m.seq_len}")
     with config_errors_as(path, "plan", agree):
-        plan = Plan.flat(
-            tp=tp, pp=pp, dp=dp, cp=sec.integer("cp", 1),
-            micro_batch=micro_batch,
-            num_micro_batches=num_micro_batches,
-            sequence_parallel=sec.boolean("sequence_parallel", False),
-            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
-            zero=sec.integer("zero", 0),
-            virtual_stages=virtual_stages,
-            layers_per_stage=layers_per_stage,
-            full_recompute_layers=full,
-            partitions=plan_partitions(sec),
-            ep=sec.integer("ep", 1),
-            etp=sec.integer("etp", None),  # absent: etp = tp (Megatron-core's default)
-            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
-        )
-        plan.check_against(inst)
-    return _plan_runs(sec, inst, plan)
+        plan = Plan(tp=tp, group_tp=by_group, classes=classes, **modes)
+        plan.check_against(on)
+    return _plan_runs(sec, on, plan)
+
+
+def _replica_class(sec: Section, c: Section, field: str, inst: Instance, names: tuple[str, ...],
+                   flat: bool, all_full: bool) -> ReplicaClass:
+    """The replica class `c` (at `field`) of the plan section `sec`: one of its `classes:`, or,
+    `flat`, the flat plan's own keys (`pp` stages on group 0, `dp` replicas)."""
+    path, layers = c.path, inst.model.layers
+    if flat:
+        stage_key, stages = "pp", (0,) * c.integer("pp")
+    elif not c.has("stages"):
+        raise c.error("stages", "missing required key 'stages'",
+                      "add 'stages: [GROUP, ...]', the group hosting each pipeline stage")
+    else:
+        stage_key, stages = "stages", c.list_of(
+            "stages", lambda v, f: _group_index(path, names, v, f), "group names")
+    pp, v = len(stages), sec.integer("virtual_stages", 1)
+    replicas_key = "dp" if flat else "replicas"
+    replicas = c.integer(replicas_key)
+    split = plan_layer_split(sec, c, layers, pp, v)
+    if split is None:
+        if layers % v:
+            raise sec.error("virtual_stages", f"the model's {layers} layers do not divide into"
+                            f" chunks of virtual_stages={v}", "choose virtual_stages dividing the"
+                            " layer count, or give layers_per_stage")
+        if layers // v < pp:
+            raise c.error(stage_key, f"{pp} stages x virtual_stages={v} exceed the model's"
+                          f" {layers} layers", "use fewer pipeline stages")
+        split = default_layer_split(layers, pp, v)
+    full = c.int_list("full_recompute_layers", pp)
+    if full is None:
+        full = split if all_full else (0,) * pp
+    if c.has("num_micro_batches") or not flat:
+        num_micro_batches = c.integer("num_micro_batches")
+    else:
+        batch, micro_batch = inst.job.global_batch, sec.integer("micro_batch")
+        if batch % (replicas * micro_batch):
+            raise c.error("num_micro_batches", f"cannot be derived: global_batch={batch} is not"
+                          f" divisible by {replicas_key}*micro_batch={replicas * micro_batch}",
+                          f"choose {replicas_key} and micro_batch whose product divides global_batch")
+        num_micro_batches = batch // (replicas * micro_batch)
+    if flat:
+        parts = plan_partitions(c)
+        partitions = ((0, parts),) if parts else ()
+    else:
+        partitions = _class_partitions(c, names, stages)
+    with config_errors_as(path, field, "correct the replica class"):
+        return ReplicaClass(replicas=replicas, stage_groups=stages, num_micro_batches=num_micro_batches,
+                            layers_per_stage=split, full_recompute_layers=full, partitions=partitions,
+                            stage_dp=c.int_list("stage_dp", pp) or ())
 
 
 def _plan_runs(sec: Section, inst: Instance, plan: Plan) -> Plan:
-    """`plan`, read from `sec`, once what every plan reader refuses is ruled out: a zero-bubble
+    """`plan`, read from `sec`, once what the reader refuses beyond the records' rules is ruled out: a zero-bubble
     schedule on a shape torch does not run it with (one class only), and what no command may
     price, ZeRO-2/3 inside a pipeline (framework_rules.unpriced_reason), refused as the plan is
     read, so simulate, memory, compare, report and export all refuse it."""
@@ -158,24 +185,24 @@ def plan_zero_bubble(sec, inst) -> ZeroBubble | None:
     return kind
 
 
-def plan_layer_split(sec: Section, layers: int, pp: int, v: int
-                     ) -> tuple[tuple[int, ...] | None, bool, bool]:
-    """(layers per stage, embedding_in_split, loss_in_split) of a plan section; the split is
-    None where the section leaves it to default_layer_split. It is given as `layers_per_stage`,
-    or as Megatron-core gives it (cost/pipeline_split.py): `first_stage_layers` /
-    `last_stage_layers` with the other stages even (--decoder-first/last-pipeline-num-layers), or
-    `embedding_in_split` / `loss_in_split` alone, every stage then holding as many layers with
-    the embedding / loss counted as one (--account-for-embedding/loss-in-pipeline-split). Each
-    stage's layers, with those counted, must fill its v model chunks equally."""
+def plan_layer_split(sec: Section, c: Section, layers: int, pp: int, v: int) -> tuple[int, ...] | None:
+    """The layers per stage of the class `c` of plan section `sec` (a flat plan is its own one
+    class), or None where it leaves them to default_layer_split. It is given as
+    `layers_per_stage`, or as Megatron-core gives it (cost/pipeline_split.py): a flat plan's
+    `first_stage_layers` / `last_stage_layers` with the other stages even
+    (--decoder-first/last-pipeline-num-layers), or the plan's `embedding_in_split` /
+    `loss_in_split` alone, every stage then holding as many layers with the embedding / loss
+    counted as one (--account-for-embedding/loss-in-pipeline-split). Each stage's layers, with
+    those counted, must fill its v model chunks equally."""
     from paraplan.cost.pipeline_split import chunk_problem
     embedding = sec.boolean("embedding_in_split", False)
     loss = sec.boolean("loss_in_split", False)
-    ends = {key: sec.integer(key) for key in SPLIT_KEYS[:2] if sec.has(key)}
+    ends = {key: sec.integer(key) for key in SPLIT_KEYS[:2] if sec.has(key)}  # flat plans': c is sec
     if (embedding or loss) and pp == 1:
         raise sec.error("embedding_in_split" if embedding else "loss_in_split",
                         "counts the embedding or loss as a pipeline layer, but pp = 1",
                         "remove it (it only places layers between pipeline stages)")
-    split = sec.int_list("layers_per_stage", pp)
+    split = c.int_list("layers_per_stage", pp)
     if split is not None and ends:
         raise sec.error(next(iter(ends)), "given beside layers_per_stage, which already fixes"
                         " every stage's layers", f"remove {next(iter(ends))}, or layers_per_stage")
@@ -187,11 +214,11 @@ def plan_layer_split(sec: Section, layers: int, pp: int, v: int
     if split is not None:
         problem = chunk_problem(split, v, embedding, loss)
         if problem:
-            raise sec.error("layers_per_stage", problem,
-                            "give each stage a multiple of virtual_stages layers, counting the"
-                            " embedding (stage 0) and loss (last stage) as one layer where"
-                            " embedding_in_split / loss_in_split say so")
-    return split, embedding, loss
+            raise c.error("layers_per_stage", problem,
+                          "give each stage a multiple of virtual_stages layers, counting the"
+                          " embedding (stage 0) and loss (last stage) as one layer where"
+                          " embedding_in_split / loss_in_split say so")
+    return split
 
 
 # A split as Megatron-core is told it (cost/pipeline_split.py), in plan files and published rows:
@@ -242,78 +269,14 @@ def plan_file_instance(data: Any, path: str | Path) -> Instance | None:
         return None
     return instance_from_mapping(data[PLAN_FILE_INSTANCE_KEY], path, PLAN_FILE_INSTANCE_KEY)
 FAMILIES = ("stage", "replica", "mixed")  # cost/plan_specs.Plan.family
-_CLASS_PLAN_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "family",
-              "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble", "classes")
+# what every class shares; a flat plan adds its one class's keys, a plan of classes lists them
+_MODE_KEYS = ("tp", "cp", "virtual_stages", "micro_batch", "sequence_parallel", "recompute", "zero", "ep",
+              "etp", "embedding_in_split", "loss_in_split", "zero_bubble")
+_PLAN_KEYS = (*_MODE_KEYS, "pp", "dp", "num_micro_batches", "layers_per_stage", "full_recompute_layers",
+              "partitions", "first_stage_layers", "last_stage_layers")
+_CLASS_PLAN_KEYS = (*_MODE_KEYS, "family", "classes")
 _CLASS_KEYS = ("replicas", "stages", "num_micro_batches", "layers_per_stage",
                "full_recompute_layers", "partitions", "stage_dp")
-
-
-def _class_plan(mapping: Any, inst: Instance, path: str) -> Plan:
-    """plan_from_mapping of a plan of replica classes (module docstring)."""
-    sec = Section(mapping, path, "plan", _CLASS_PLAN_KEYS)
-    names = tuple(x.name for x in inst.cluster.groups)
-    micro_batch = sec.integer("micro_batch")
-    by_group = _group_tp(sec, names, path)  # tp: {GROUP: N, ...}, a tp per group
-    tp = 0 if by_group else sec.integer("tp")
-    zero, cp, v = sec.integer("zero", 0), sec.integer("cp", 1), sec.integer("virtual_stages", 1)
-    recompute = sec.choice("recompute", (*enum_values(Recompute), RECOMPUTE_FULL),
-                           Recompute.NONE.value)
-    embedding = sec.boolean("embedding_in_split", False)
-    loss = sec.boolean("loss_in_split", False)
-    zero_bubble = plan_zero_bubble(sec, inst)
-    classes = []
-    for field, raw in list_items(sec, "classes", each="class"):
-        c = Section(raw, path, field, _CLASS_KEYS)
-        if not c.has("stages"):
-            raise c.error("stages", "missing required key 'stages'",
-                          "add 'stages: [GROUP, ...]', the group hosting each pipeline stage")
-        stages = c.list_of("stages", lambda v, f: _group_index(path, names, v, f),
-                           "group names")
-        pp = len(stages)
-        layers = c.int_list("layers_per_stage", pp)
-        if layers is None:
-            if inst.model.layers < pp:
-                raise c.error("stages", f"{pp} stages exceed the model's {inst.model.layers}"
-                              " layers", "use fewer pipeline stages")
-            if embedding or loss:  # Megatron-core's split with the slots (R4)
-                with config_errors_as(path, field, "give layers_per_stage"):
-                    layers = megatron_split(inst.model.layers, pp, v, embedding=embedding, loss=loss)
-            elif inst.model.layers % v or inst.model.layers < v * pp:
-                raise c.error("stages", f"{pp} stages of {v} chunks do not split the model's"
-                              f" {inst.model.layers} layers", "give layers_per_stage")
-            else:
-                layers = default_layer_split(inst.model.layers, pp, v)
-        full = c.int_list("full_recompute_layers", pp)
-        if full is None:
-            full = layers if recompute == RECOMPUTE_FULL else (0,) * pp
-        parts = _class_partitions(c, names, stages, path)
-        with config_errors_as(path, field, "correct the replica class"):
-            classes.append(ReplicaClass(replicas=c.integer("replicas"), stage_groups=stages,
-                                        num_micro_batches=c.integer("num_micro_batches"),
-                                        layers_per_stage=layers, full_recompute_layers=full,
-                                        partitions=parts, stage_dp=c.int_list("stage_dp", pp) or ()))
-
-    m = inst.model
-    agree = (f"make the plan agree with instance '{inst.name}': groups {', '.join(names)},"
-             f" {m.layers} layers, global_batch {inst.job.global_batch}, {m.heads} heads")
-    if by_group:  # `tp` is the first stage's group's (ClassOuter.group_tp)
-        first = classes[0].stage_groups[0] if classes else 0
-        if first not in dict(by_group):
-            raise sec.error("tp", f"names no tp for group {names[first]!r}, which hosts the first"
-                            " stage", "give every group the plan uses its tp")
-        tp = dict(by_group)[first]
-    with config_errors_as(path, "plan", agree):
-        plan = Plan(
-            tp=tp, group_tp=by_group, micro_batch=micro_batch, cp=cp, virtual_stages=v,
-            sequence_parallel=sec.boolean("sequence_parallel", False),
-            recompute=Recompute.NONE if recompute == RECOMPUTE_FULL else Recompute(recompute),
-            zero=zero, ep=sec.integer("ep", 1), etp=sec.integer("etp", None),
-            classes=tuple(classes),
-            family=sec.choice("family", FAMILIES, FAMILIES[0]),
-            embedding_in_split=embedding, loss_in_split=loss, zero_bubble=zero_bubble,
-        )
-        plan.check_against(inst)
-    return _plan_runs(sec, inst, plan)
 
 
 def _group_tp(sec: Section, names: tuple[str, ...], path: str) -> tuple[tuple[int, int], ...]:
@@ -333,7 +296,7 @@ def _group_tp(sec: Section, names: tuple[str, ...], path: str) -> tuple[tuple[in
     return out
 
 
-def _class_partitions(c: Section, names: tuple[str, ...], stages: tuple[int, ...], path: str):
+def _class_partitions(c: Section, names: tuple[str, ...], stages: tuple[int, ...]):
     """`partitions: {GROUP: {qkv: K, attn_core: heads, ...}}`: the layer plan of the class's
     stages on each group named (a flat plan's `partitions:`; absent: Megatron 1-D)."""
     if not c.has("partitions"):

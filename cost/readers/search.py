@@ -28,11 +28,10 @@ from paraplan.cost import units
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.framework_rules import framework_refusal, release_search
-from paraplan.cost.space_rules import search_refusal
 from paraplan.cost.specs import Framework, Instance, JobSpec, Recompute, SearchSpace
 from paraplan.cost.readers.fields import (Section, check_bool, check_choice, check_int,
                                           config_errors_as, enum_values)
-from paraplan.cost.readers.checks import check_job_options, check_moe_overlaps
+from paraplan.cost.readers.checks import check_whole
 
 
 SEARCH_KEYS = ("tp", "pp", "cp", "micro_batch", "max_micro_batch", "max_pp", "max_cp",
@@ -108,15 +107,10 @@ def override_search(inst: Instance, raw: dict[str, Any], source: str = "<--searc
     """`inst` with the search keys in `raw` (YAML values, e.g. {"tp": [1, 2], "zero": [1]})
     replacing its own; every key and value is checked exactly as in a `search:` section
     (framework rules included), and errors name `source`."""
-    parsed = search_from_section(Section(raw, source, "search", SEARCH_KEYS), inst.job.framework)
+    sec = Section(raw, source, "search", SEARCH_KEYS)
+    parsed = search_from_section(sec, inst.job.framework)
     fields = {_SEARCH_FIELDS.get(k, k): getattr(parsed, _SEARCH_FIELDS.get(k, k)) for k in raw}
     with config_errors_as(source, "search", "narrow the search space to valid values"):
         space = replace(inst.search, **fields)
-    given = frozenset(raw)
-    space = release_search_of(source, space, inst.job, given)
-    refusal = search_refusal(space, inst.model, inst.cluster, inst.job, given)
-    if refusal is not None:
-        raise InstanceError(source, f"search.{refusal.key}", refusal.problem, refusal.fix)
-    check_moe_overlaps(source, inst.job, inst.model, space)
-    check_job_options(source, inst.job, inst.model, space)  # group files take these options too
-    return replace(inst, search=space)
+    space = release_search_of(source, space, inst.job, frozenset(raw))
+    return check_whole(replace(inst, search=space), sec, source)

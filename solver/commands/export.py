@@ -77,42 +77,27 @@ MIXED_FIX = ("write its per-group launch layout with --to layout (with --instanc
              " instance without cluster.groups) to export it")
 
 
-def _classes(data) -> str | None:
-    """The replica classes a plan file (as read) lists, in a few words; None for a flat plan."""
-    plan = data.get("plan", data) if isinstance(data, dict) else None
-    classes = plan.get("classes") if isinstance(plan, dict) else None
-    if classes is None:
-        return None
-    if not isinstance(classes, list):
-        return "replica classes"
-    parts = [f"{c.get('replicas', '?')} x [{', '.join(map(str, c.get('stages', [])))}]"
-             for c in classes if isinstance(c, dict)]
-    return f"{len(classes)} replica class{'es' if len(classes) != 1 else ''} ({'; '.join(parts)})"
+def _classes(plan, inst) -> str:
+    """The replica classes of `plan`, in a few words."""
+    names = [g.name for g in inst.cluster.groups]
+    parts = [f"{c.replicas} x [{', '.join(names[g] for g in c.stage_groups)}]" for c in plan.classes]
+    return f"{len(plan.classes)} replica class{'es' if len(plan.classes) != 1 else ''} ({'; '.join(parts)})"
 
 
-def _load(args):
-    """(instance, plan) of the export, each file read once; a plan of replica classes, or a
-    cluster of several node groups, is refused with MIXED_REASON."""
+def _instance_and_plan(args, one_layout: bool):
+    """(instance, plan) of the plan file, each read once: the instance --instance names, else the
+    one the plan file carries (`plan -o` writes it beside the plan). A framework's configuration
+    (`one_layout`) takes a plan of one class on every GPU of one group (Plan.is_flat_on, in
+    whichever form its file writes it), refusing any other with MIXED_REASON; --to layout takes
+    the others."""
+    from paraplan.cost.readers.instance import load_instance
+    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
     from paraplan.cost.readers.strict_yaml import read_yaml
 
     data = read_yaml(args.plan)
-    classes = _classes(data)
-    if classes is not None:
-        raise InstanceError(args.plan, "plan.classes", f"a plan in the group format, {classes}:"
-                            f" {MIXED_REASON}", MIXED_FIX)
-    return _instance_and_plan(args, data, one_group=True)
-
-
-def _instance_and_plan(args, data, one_group: bool = False):
-    """(instance, plan) of the plan file read as `data`: the instance --instance names, else the
-    one the plan file carries (`plan -o` writes it beside the plan); with `one_group`, an
-    --instance cluster of several node groups is refused with MIXED_REASON."""
-    from paraplan.cost.readers.instance import load_instance
-    from paraplan.cost.readers.plan_reader import plan_file_instance, plan_from_mapping
-
     if args.instance:
         inst = load_instance(args.instance)
-        if one_group and len(inst.cluster.groups) > 1:
+        if one_layout and len(inst.cluster.groups) > 1:
             raise InstanceError(args.instance, "cluster.groups", "a cluster of several node groups:"
                                 f" {MIXED_REASON}", MIXED_FIX)
     else:
@@ -121,7 +106,15 @@ def _instance_and_plan(args, data, one_group: bool = False):
             raise InstanceError(args.plan, "instance", "the plan file carries no instance (written"
                                 " by hand, or by a paraplan before plan files carried one)",
                                 "pass --instance INSTANCE.yaml, the instance the plan was made for")
-    return inst, plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
+    plan = plan_from_mapping(data, inst, args.plan)  # InstanceError names the file when they disagree
+    if one_layout and not plan.is_flat_on(inst.cluster):
+        raise InstanceError(args.plan, "plan.classes", f"a plan of {_classes(plan, inst)}:"
+                            f" {MIXED_REASON}", MIXED_FIX)
+    if not one_layout and plan.is_flat_on(inst.cluster):
+        raise InstanceError(args.plan, "--to layout", "a plan of one replica class on one GPU type"
+                            " runs as one framework configuration", "export it --to megatron,"
+                            " torchtitan or deepspeed")
+    return inst, plan
 
 
 def _why(inst, e) -> str:
@@ -163,7 +156,6 @@ def cmd_layout(args) -> int:
     """`--to layout`: a plan in the group format as its per-group launch layout
     (solver/export/layout.py), on the instance --instance names, else the one the plan file
     carries."""
-    from paraplan.cost.readers.strict_yaml import read_yaml
     from paraplan.solver.export.layout import LAYOUT_VERSION, layout_mapping, to_layout
 
     for flag in ("strict", "force"):
@@ -171,12 +163,7 @@ def cmd_layout(args) -> int:
             raise InstanceError("<arguments>", f"--{flag}", "has no meaning with --to layout (a"
                                 " layout is written as planned, nothing in it is replaced)",
                                 f"drop --{flag}")
-    data = read_yaml(args.plan)
-    if _classes(data) is None:
-        raise InstanceError(args.plan, "--to layout", "a plan of one replica class on one GPU type"
-                            " runs as one framework configuration", "export it --to megatron,"
-                            " torchtitan or deepspeed")
-    inst, plan = _instance_and_plan(args, data)  # a flat instance file as its one group
+    inst, plan = _instance_and_plan(args, one_layout=False)  # a flat instance file as its one group
     text = to_layout(inst, plan)
     _write(args, text, lambda: {"target": "layout", "target_version": f"layout_version {LAYOUT_VERSION}",
                                 "config": text, "output": args.output or None,
@@ -187,7 +174,7 @@ def cmd_layout(args) -> int:
 def cmd_export(args) -> int:
     if args.to == "layout":
         return cmd_layout(args)
-    inst, plan = _load(args)
+    inst, plan = _instance_and_plan(args, one_layout=True)
     exporter, _, version = FORMATS[args.to]
     try:
         result = exporter(inst, plan)

@@ -187,7 +187,9 @@ def test_a_mixed_cluster_plan_gets_the_true_reason(tmp_path, capsys):
         for extra in ([], ["--instance", HETERO], ["--instance", HETERO, "--force"]):
             code, out, err = export(capsys, plan, "--to", to, *extra)
             assert code == 2 and out == "" and len(err.splitlines()) == 1
-            assert "plan.classes" in err and "different GPU types with different layouts" in err
+            # named where it is first seen: the plan's classes, or the --instance's node groups
+            assert ("cluster.groups" if extra else "plan.classes") in err
+            assert "different GPU types with different layouts" in err
             assert "carries no instance" not in err and "take one GPU type" not in err
             assert "--to layout" in err  # the fix: what can be written
     # a one-class plan file against the mixed-cluster instance: the instance is named

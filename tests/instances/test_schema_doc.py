@@ -88,7 +88,8 @@ def test_a_key_left_out_is_read_as_the_default_the_page_gives():
         keys.GPU: gpu_from_mapping("X", {"peak_tflops_bf16": 312, "hbm_gib": 80,
                                          "hbm_gbytes_per_s": 2039}, "<memory>", "gpu_types.X"),
         # 8 replicas x micro-batch 4 x 1 micro-batch = the job's 32 sequences
-        keys.PLAN: plan_from_mapping({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4}, flat),
+        # the modes of either form (one reader reads them): the flat form's
+        keys.PLAN_MODES: plan_from_mapping({"tp": 1, "pp": 1, "dp": 8, "micro_batch": 4}, flat),
         keys.GROUPS_PLAN: plan_from_mapping({"tp": 1, "micro_batch": 4, "classes": [
             {"replicas": 8, "stages": ["a"], "num_micro_batches": 1}]}, groups),
     }
@@ -135,9 +136,10 @@ def _key_tables_read() -> set[tuple[str, str]]:
             if not ((isinstance(f, ast.Name) and f.id == "Section")
                     or (isinstance(f, ast.Attribute) and f.attr == "section")):
                 continue
-            last = node.args[-1]
-            if isinstance(last, ast.Name) and last.id.endswith("KEYS"):
-                found.add((imported.get(last.id, module), last.id))
+            last = node.args[-1]  # a key tuple, or either of two (`A_KEYS if x else B_KEYS`)
+            for name in ([last.body, last.orelse] if isinstance(last, ast.IfExp) else [last]):
+                if isinstance(name, ast.Name) and name.id.endswith("KEYS"):
+                    found.add((imported.get(name.id, module), name.id))
     return found
 
 
