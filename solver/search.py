@@ -952,8 +952,9 @@ class _Partials:
                 out[k] = lb * (1 - FAMILY_MARGIN)
         return out
 
-    def set_up(self, choices: list["_Choice"], can_win=lambda lb: True) -> list:
-        """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s) and
+    def set_up(self, choices: list["_Choice"], can_win=lambda lb: True, ceiling_s: float = math.inf) -> list:
+        """The partial layouts of `choices`, each bounded (layouts.partial_bounds_s: `ceiling_s`,
+        the search's bar, past which a block's bound is not raised by fill_drain) and
         appended: their heap nodes; of an option family's partial choice, its children whose
         bound can still win (`can_win(bound)`, solver/option_families.py)."""
         from paraplan.solver import option_families  # loaded by `of`, which set the families up
@@ -981,7 +982,7 @@ class _Partials:
             return kids
         start = len(self.partials)
         per_block: dict = {}
-        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo, per_block)
+        bounds = partial_bounds_s(inst, new, *self.scenarios, self.memo, per_block, ceiling_s=ceiling_s)
         for k, lb in keys:  # each at least its choice's key (`carried`)
             self.carried[start + k] = lb
             bounds[k] = max(bounds[k], lb)
@@ -1480,7 +1481,8 @@ class _Search:
                 raised.append(ch)
         back = {id(ch) for ch in raised}
         got = [ch for ch in got if id(ch) not in back]
-        return self._dive(self._kept(raised)) + (lazy.set_up(got, bound_wins) if got else [])
+        return self._dive(self._kept(raised)) + (lazy.set_up(got, bound_wins, self.won.bar()[0] * (1 + REL_TOL))
+                                                 if got else [])
 
     def _dive(self, raised: list[_Choice]) -> list[_Choice]:
         """Of tp choices `raised`, whose joint keys pushed them back (_open_family), the one
@@ -1501,7 +1503,7 @@ class _Search:
         if not raised:
             return raised
         first = min(raised, key=lambda ch: ch.key)
-        nodes = self.lazy.set_up([first], lambda lb: self.can_win((lb, -1, -1)))
+        nodes = self.lazy.set_up([first], lambda lb: self.can_win((lb, -1, -1)), self.won.bar()[0] * (1 + REL_TOL))
         got = self._kept(nodes, [(lb, -1, -1) for lb in _Partial.tighten(self, nodes)])
         if got:
             self._list_layouts(got, dive=True)

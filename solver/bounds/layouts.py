@@ -131,7 +131,10 @@ def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
     those under the representative's key with (ZeRO stage, v) appended. The search reads them
     only for the layouts it pops (issue 33: read up front for every block, they were half the
     CPU of a one-type plan whose search lists few). `ceiling_s` (the search's bar): a (ZeRO
-    stage, v) bound above it is not raised by the joint reading (_pair_bounds)."""
+    stage, v) bound above it is not raised by the joint reading (_pair_bounds), and a
+    stage-wise block whose bound without fill_drain and syncs lies above it reads neither
+    (stage_bound_rows, _live): each bound at most the bar is the one read without a bar, each
+    above it stays above it."""
     out = np.full(len(partials), np.inf)
     blocks, owner, rows, row_owner = [], [], [], []
     for i, part in enumerate(partials):
@@ -214,7 +217,13 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     and v (ZeRO-1's reduce-scatter and all-gather take less than ZeRO-0's all-reduce, so a
     block's ZeRO-0 configurations have the larger bound). On Llama-3 70B over 4 GPU types x 16
     nodes (full space) the syncs lift most of the configurations listed below the optimum
-    above it (issue 33)."""
+    above it (issue 33).
+
+    `ceiling_s` (the search's bar): a block whose bound without fill_drain and syncs passes it
+    (_live) reads neither (it keeps that bound, past the bar, at most its full one); the
+    others are read as without a bar. The fill_drain rows at set-up and the syncs when popped
+    were 1.1 s and 2.2 s of the 4 x 16 row's 12 s of CPU, and most of their blocks lay past
+    the bar already (issue 33)."""
     L, gb = inst.model.layers, inst.job.global_batch
     n = len(idx)
     memo = {} if memo is None else memo
@@ -250,7 +259,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         if slot_key not in slot_terms:
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
         e, l_, vs, plain, slotted = slots
-        if _kept_terms(memo, b, idx) is None:
+        if _kept_terms(memo, b, idx, ceiling_s) is None:
             t = np.empty((n, pp))
             h = np.empty(n)
             alts = None
@@ -271,17 +280,38 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
                 t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
                 h[si] = tg[c.stage_groups[-1]][1]
             fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
-        # (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each
-        gd = _block_syncs(inst, b, idx, uniq, where, syncs, memo, layer_memo, net) if read_syncs else {}
-        by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, gd, slotted))
+        # (its syncs, (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each, read below)
+        by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
     if fresh:
-        _keep_terms(memo, idx, fresh, L)
+        _keep_terms(memo, idx, fresh, L, agg, weights, ceiling_s)
+    _plain_bounds(memo, idx, by_pp, agg, weights, out)
     if not read_syncs:
-        _plain_bounds(memo, idx, by_pp, agg, weights, out)
         return out
+    # the syncs of the blocks whose bound without them can still win (_live): the others' bound
+    # (and every (ZeRO stage, v)'s, which is at least it) lies past the bar already
     for pp, items in by_pp.items():
-        out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode, ceiling_s)
+        items = [(*it[:5], _block_syncs(inst, it[1], idx, *it[5], syncs, memo, layer_memo, net), it[6])
+                 for it in items if _live(out[it[0]], ceiling_s)]
+        if items:
+            out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode, ceiling_s)
     return out
+
+
+# relative slack of _live's test: a bound computed in another order (_keep_terms' test, the
+# weighted sums of _plain_bounds) may differ from it by a few ulps
+LIVE_SLACK = 1e-12
+
+
+def _live(bound_s: float, ceiling_s: float) -> bool:
+    """Whether a block whose bound without fill_drain and syncs is `bound_s` may still reach
+    the search's bar `ceiling_s` (at most it, up to LIVE_SLACK). Those terms only raise a bound
+    (stage_bound_rows), and the search only lowers its bar: a block past it never wins, its
+    configurations are never listed (search._Search._list_layouts prunes each block whose bound
+    passes the bar), and the bound it keeps, at most its full one, still bounds them. So only
+    the blocks that can still win read fill_drain (at set-up) and their syncs (when popped):
+    on the 4 types x 16 nodes row, 8,819 of the 20,376 blocks set up and 1,412 of the 1,938
+    popped (issue 33)."""
+    return bound_s <= ceiling_s * (1 + LIVE_SLACK)
 
 
 def _plain_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, out: np.ndarray) -> None:
@@ -400,28 +430,34 @@ def _column(values) -> np.ndarray:
     return np.array(values, float)[:, None, None]
 
 
-def _kept_terms(memo: dict, b, idx: list[int]) -> tuple | None:
+def _kept_terms(memo: dict, b, idx: list[int], ceiling_s: float = -math.inf) -> tuple | None:
     """Block b's sync-free terms on scenarios `idx` as _keep_terms kept them in `memo`, or None:
     (A, S, {ZeRO stage: quantile factor}, {v: (relaxed_s of A and S, fill_drain's J / v or 0)},
     floors t (scenarios, pp), output layer h (scenarios): _joint_rows reads the last two), each
     per scenario. They read the block's floors only, not its syncs: a layout bounded at set-up
     reads them again when the search pops it to read its syncs (search._Partial.tighten),
-    which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33)."""
+    which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33). None too
+    where they were kept without fill_drain under a bar below `ceiling_s` (_keep_terms: the
+    block's bound may reach this one's)."""
     got = memo.get(("stage rows", id(b), tuple(idx)))
-    return got[1] if got is not None and got[0] is b else None  # the partial layouts hold their blocks
+    # (the partial layouts hold their blocks)
+    return got[1] if got is not None and got[0] is b and got[2] >= ceiling_s else None
 
 
-def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int) -> None:
+def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weights,
+                ceiling_s: float = math.inf) -> None:
     """stage_bound_rows' sync-free terms of blocks `fresh` (pp -> its blocks' (block, floors t
     (scenarios, pp), output layer h (scenarios), e, l, factor per ZeRO stage, v values,
     replicas, micro-batches, the v fill_drain reads) each), kept in `memo` (_kept_terms).
     relaxed_s and fill_drain_s read each row alone, so the rows of every pp and v are priced in
     one call of each (_fill_drain_rows): the same floats as a call per pp and v, with the fixed
-    cost of a call paid once (issue 33: the 4 x 16 row set up 9.6 blocks per call)."""
+    cost of a call paid once (issue 33: the 4 x 16 row set up 9.6 blocks per call). fill_drain
+    is read only for the blocks whose bound without it (the least over v of relaxed_s,
+    aggregated as _plain_bounds does) can still reach the bar `ceiling_s` (_live): the others
+    keep 0 (no bound) and are kept as cut at that bar (_kept_terms)."""
     n = len(idx)
-    kept = []  # per pp: (items, A, S, pp)
+    kept = []  # per pp: (items, A, S, pp, t, h)
     rel = []  # per (pp, v): (its kept entry, rows, v) of relaxed_s' and fill_drain's rows
-    fd_rows = []  # per (pp, v): _fill_drain_rows' batch
     for pp, items in fresh.items():
         t = np.stack([x[1] for x in items])  # (rows, scenarios, pp)
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
@@ -434,42 +470,34 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int) -> None:
         e = np.array([x[3] for x in items], float)[:, None]
         l_ = np.array([x[4] for x in items], float)[:, None]
         S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
-        kept.append((items, A, S, pp))
-        kinds = None  # _stage_kinds of every row of this pp, read where some v reads fill_drain
+        kept.append((items, A, S, pp, t, h))
         for v in sorted({v for it in items for v in it[6]}):
-            rows = np.flatnonzero(np.array([v in it[6] for it in items]))
-            rel.append((len(kept) - 1, rows, v))
-            # the rows that run v with no embedding / loss slot
-            fill = [r for r, k in enumerate(rows.tolist()) if v in items[k][9]]
-            terms = None
-            if fill:
-                blk = rows[fill]
-                if kinds is None:
-                    kinds = _stage_kinds(t, h)
-                if kinds[0].shape[1] <= MERGED_KINDS:  # (padding leaves its rows' floats: MERGED_KINDS)
-                    terms = tuple(x[(blk[:, None] * n + np.arange(n)).reshape(-1)] for x in kinds)
-                else:  # the batch as it is: its own kinds
-                    terms = _stage_kinds(t[blk], h[blk])
-                # at their one class's micro-batch count m = M / x (v m in the interleaved form:
-                # fill_drain's module docstring)
-                m = np.repeat(np.array([max(items[k][8] / items[k][7], 1.0) * v for k in blk.tolist()], float), n)
-                terms = (*terms, m)
-            fd_rows.append((len(rows), n, pp, v, fill, terms))
+            rel.append((len(kept) - 1, np.flatnonzero(np.array([v in it[6] for it in items])), v))
+    b = _relaxed_rows(kept, rel, n)
+    live = _live_blocks(kept, rel, b, n, agg, weights, ceiling_s)
+    fd = np.concatenate(_fill_drain_rows(_fill_drain_batches(kept, rel, live, n), L)) if rel else b
+    b = np.maximum(b, fd)
     per_v: list[list[dict]] = [[{} for _ in k[0]] for k in kept]
-    if rel:
-        _per_v_terms(kept, rel, fd_rows, n, L, per_v)
-    for (items, A, S, _), pv in zip(kept, per_v):
+    at = 0
+    for ki, rows, v in rel:
+        for r, k in enumerate(rows.tolist()):
+            per_v[ki][k][v] = (b[at + r], fd[at + r])
+        at += len(rows)
+    for (items, A, S, _, _, _), pv, lv in zip(kept, per_v, live):
         for k, it in enumerate(items):
-            memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], pv[k], it[1], it[2]))
+            memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], pv[k], it[1], it[2]),
+                                                         math.inf if lv[k] else ceiling_s)
 
 
-def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: list) -> None:
-    """_keep_terms' (relaxed_s of A and S, fill_drain's J / v or 0) of every (pp, v) of `rel`,
-    into per_v[kept entry][row][v]: one relaxed_s of one class, row by row ((rows, scenarios,
-    1) each, per-row x, lo, M and v), and one _fill_drain_rows."""
+def _relaxed_rows(kept: list, rel: list, n: int) -> np.ndarray:
+    """(rows, scenarios): relaxed_s of A and S of every (pp, v) of `rel` (_keep_terms), in its
+    order: one relaxed_s of one class, row by row ((rows, scenarios, 1) each, per-row x, lo, M
+    and v)."""
+    if not rel:
+        return np.zeros((0, n))
     A_, S_, x, lo, M, vv = [], [], [], [], [], []
     for ki, rows, v in rel:
-        items, A, S, pp = kept[ki]
+        items, A, S, pp, _, _ = kept[ki]
         A_.append(A[rows])
         S_.append(S[rows])
         x += [items[k][7] for k in rows.tolist()]
@@ -477,15 +505,58 @@ def _per_v_terms(kept: list, rel: list, fd_rows: list, n: int, L: int, per_v: li
         lo += [float(pp) if v > 1 else 1.0] * len(rows)
         vv += [float(v)] * len(rows)
     A_, S_ = np.concatenate(A_), np.concatenate(S_)
-    b = relaxed_s(A_[:, :, None], S_[:, :, None], np.zeros((len(A_), n, 1)), _column(x), _column(lo), _column(M),
-                  _column(vv), False)
-    fd = np.concatenate(_fill_drain_rows(fd_rows, L))
-    b = np.maximum(b, fd)
+    return relaxed_s(A_[:, :, None], S_[:, :, None], np.zeros((len(A_), n, 1)), _column(x), _column(lo),
+                     _column(M), _column(vv), False)
+
+
+def _live_blocks(kept: list, rel: list, b: np.ndarray, n: int, agg: str, weights, ceiling_s: float) -> list:
+    """Per kept entry of _keep_terms, per block, whether its bound without fill_drain (per
+    scenario the least over its v of relaxed_s `b`, aggregated, times its least quantile
+    factor, as _plain_bounds reads it) can still reach `ceiling_s` (_live)."""
+    if not math.isfinite(ceiling_s):
+        return [np.ones(len(k[0]), bool) for k in kept]
+    best = [np.full((len(k[0]), n), np.inf) for k in kept]
     at = 0
-    for ki, rows, v in rel:
-        for r, k in enumerate(rows.tolist()):
-            per_v[ki][k][v] = (b[at + r], fd[at + r])
+    for ki, rows, _ in rel:
+        np.minimum.at(best[ki], rows, b[at:at + len(rows)])
         at += len(rows)
+    out = []
+    for (items, *_), bk in zip(kept, best):
+        agg_b = bk.max(-1) if agg == "max" else bk @ np.asarray(weights, float)
+        factor = np.array([min(it[5].values()) for it in items])
+        out.append(np.array([_live(lb, ceiling_s) for lb in (agg_b * factor).tolist()], bool))
+    return out
+
+
+def _fill_drain_batches(kept: list, rel: list, live: list, n: int) -> list:
+    """_fill_drain_rows' batches of every (pp, v) of `rel` (_keep_terms): per (pp, v), the rows
+    of its live blocks (`live`) that run v with no embedding / loss slot, with their kinds
+    (_stage_kinds) at their one class's micro-batch count m = M / x (v m in the interleaved form:
+    fill_drain's module docstring). The kinds are those of every such row of the pp, live or
+    not: a row's floats read its padding past MERGED_KINDS kinds (_fill_drain_rows), so they
+    stay those of a reading of every block."""
+    out = []
+    kinds_of: dict[int, tuple] = {}  # kept entry -> _stage_kinds of its every row
+    for ki, rows, v in rel:
+        items, _, _, pp, t, h = kept[ki]
+        plain = [r for r, k in enumerate(rows.tolist()) if v in items[k][9]]
+        fill = [r for r in plain if live[ki][rows[r]]]
+        terms = None
+        if fill:
+            if ki not in kinds_of:
+                kinds_of[ki] = _stage_kinds(t, h)
+            kinds = kinds_of[ki]
+            if kinds[0].shape[1] <= MERGED_KINDS:  # (padding leaves its rows' floats: MERGED_KINDS)
+                blk = rows[fill]
+                terms = tuple(x[(blk[:, None] * n + np.arange(n)).reshape(-1)] for x in kinds)
+            else:  # the batch as it is: its own kinds, those of every row that reads them
+                own = _stage_kinds(t[rows[plain]], h[rows[plain]])
+                at = np.array([plain.index(r) for r in fill])
+                terms = tuple(x[(at[:, None] * n + np.arange(n)).reshape(-1)] for x in own)
+            m = np.repeat(np.array([max(items[k][8] / items[k][7], 1.0) * v for k in rows[fill].tolist()], float), n)
+            terms = (*terms, m)
+        out.append((len(rows), n, pp, v, fill, terms))
+    return out
 
 
 def _slot_modes(vslots: tuple, v: int) -> tuple:
