@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from option_layouts import cpsat_optimum_s, layer_plan_problems, option_layout_bounds
+from option_layouts import layer_plan_problems, option_layout_bounds
 from test_partitions_lazy import OPTIONS, tiny2
 
 from paraplan.solver import search as search_mod
@@ -35,9 +35,9 @@ def layout_optimum_s(inst, outers, upper_s: float) -> float:
     best = math.inf
     for o in outers:
         for p in layer_plan_problems(inst, o, upper_s):
-            got = cpsat_optimum_s(p)  # once per problem per test process (option_layouts)
-            if got is not None:
-                best = min(best, got)
+            r = search_mod._solve_inner(p, "cpsat", 30.0, None)
+            if r.objective_s is not None:
+                best = min(best, r.objective_s)
     return best
 
 
