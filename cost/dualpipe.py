@@ -48,11 +48,12 @@ GPU type. cost/coefficients.build refuses a DualPipe job unless this module asks
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import threading
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from paraplan.cost import coefficients, memory, moe, schedule
+from paraplan.cost import coefficients, memory, moe, moe_params, schedule
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.flops import layer_matmuls, moe_attention_view
@@ -187,8 +188,41 @@ class Terms:
         return per_stage + per_stage[mirror(per_stage.shape[-1])] + self.runtime_bytes
 
 
+# configurations whose Terms `terms` keeps (a search of Qwen3-235B under DualPipe prices about a
+# thousand, a few KB each)
+TERMS_KEPT = 2048
+_TERMS: dict = {}
+_TERMS_LOCK = threading.Lock()  # a search may price on several threads
+
+
 def terms(inst: Instance, o, net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> Terms:
-    """The Terms of outer configuration `o` (its num_micro_batches included)."""
+    """The Terms of outer configuration `o` (its num_micro_batches included).
+
+    Kept (read-only) for the last TERMS_KEPT calls by value: the instance, the configuration,
+    the network, the reserve and, for an MoE model, the MoE parameters in force (cost/moe_params,
+    which the expert terms read); every other input is a constant of the code. Each backend's
+    search of a DualPipe job prices the same configurations on its own instance object (the
+    planner's one-group instance is made per call, solver/search.dualpipe_problem), and the
+    terms were about a third of a CP-SAT or MILP search of Qwen3-235B (issue 32)."""
+    key = (inst, o, net, reserve_bytes, moe_params.active() if inst.model.moe is not None else None)
+    with _TERMS_LOCK:
+        hit = _TERMS.get(key)
+    if hit is not None:
+        return hit
+    out = _built_terms(inst, o, net, reserve_bytes)
+    for x in (out, out.coeffs):
+        for f in fields(x):
+            if isinstance(getattr(x, f.name), np.ndarray):
+                getattr(x, f.name).setflags(write=False)
+    with _TERMS_LOCK:
+        while len(_TERMS) >= TERMS_KEPT:
+            del _TERMS[next(iter(_TERMS))]  # the oldest
+        _TERMS[key] = out
+    return out
+
+
+def _built_terms(inst: Instance, o, net: NetEfficiency, reserve_bytes: float) -> Terms:
+    """terms, built."""
     c = coefficients.build(inst, o, net, reserve_bytes, dualpipe=True)
     pp = o.pp
     pl = coefficients.homogeneous_placement(inst.cluster.one_group, o)

@@ -1,9 +1,13 @@
 """Every option family of a search expanded with no cutoff, as test_option_bound_admissible.py
 and test_partitions_lazy.py check their bounds against what the families set up; and the
 problems of one configuration with each of its layer-plan combinations, as those tests and
-test_plan_bound_admissible.py price them."""
+test_plan_bound_admissible.py price them; and the priced optimum of one such problem, solved
+once per test process (cpsat_optimum_s)."""
 
 from __future__ import annotations
+
+import hashlib
+import pickle
 
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.solver import search as search_mod
@@ -55,3 +59,24 @@ def option_layout_bounds(inst, lazy):
         if outers:
             least = float(np.min(floor_bounds_s(inst, outers, [0], "max", (), layer_plans=True)))
             yield f, node, outers, least, max(node.bound, lazy.family_bounds[f])
+
+
+# CP-SAT's optimum of each split problem solved so far in this test process, by the problem's
+# content (the SHA-256 of its pickle: equal pickles are the same problem, whichever object holds
+# it, and a problem pickled another way is only solved again). The layouts of one instance under
+# two declared spaces share configurations: test_option_bound_admissible's seed-2 cases with full
+# recomputation (zero 0-3; v 1-4 at zero 0-1) price 539 and 412 problems, 388 of them the same
+# (measured, issue 32). Results are shared, so read only.
+_OPTIMA: dict[bytes, float | None] = {}
+
+
+def cpsat_optimum_s(p) -> float | None:
+    """search._solve_inner(p, "cpsat", 30.0, None).objective_s, once per problem content per
+    test process (_OPTIMA): the optimum test_option_bound_admissible.optimum_s (and
+    test_stage_families through it) compares its bounds against. Not for the layer-plan
+    combinations of test_plan_bound_admissible: none repeats there, and keying them cost more
+    than it saved (6.3 -> 8.2 s of CPU, side by side, issue 32)."""
+    key = hashlib.sha256(pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+    if key not in _OPTIMA:
+        _OPTIMA[key] = search_mod._solve_inner(p, "cpsat", 30.0, None).objective_s
+    return _OPTIMA[key]
