@@ -167,10 +167,16 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
     """LB(b) of the module docstring in its two parts, per GPU: (the last stage's, the fullest
     stage's). `zero_ranks`: the ranks ZeRO shards over (default dp * cp; a mixed-cluster class
     shards over every replica of the plan)."""
-    every_stage, logits, state, ckpt = micro_batch_lower_bound_terms(
-        inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, sp=sp, zero=zero, zero_ranks=zero_ranks)
+    return _parts_of(micro_batch_lower_bound_terms(
+        inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=micro_batch, sp=sp, zero=zero, zero_ranks=zero_ranks),
+        inst.model.layers, pp)
+
+
+def _parts_of(terms: tuple[float, float, float, float], layers: int, pp: int) -> tuple[float, float]:
+    """micro_batch_lower_bound_parts of its terms (micro_batch_lower_bound_terms)."""
+    every_stage, logits, state, ckpt = terms
     last_stage = logits + state + ckpt
-    fullest_stage = -(-inst.model.layers // pp) * (state + ckpt)
+    fullest_stage = -(-layers // pp) * (state + ckpt)
     return every_stage + last_stage, every_stage + fullest_stage
 
 
@@ -189,16 +195,22 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
     its input checkpoint for one micro-batch in flight). They read dp only as the ZeRO ranks'
     default."""
     ranks = dp * cp if zero_ranks is None else zero_ranks
+    memo = _lb_memo(inst)
+    key = (tp, cp, pp, micro_batch, sp, zero, ranks)
+    terms = memo.get(key)
+    if terms is None:
+        terms = memo[key] = _lower_bound_terms(inst, tp, cp, pp, micro_batch, sp, zero, ranks)
+    return terms
+
+
+def _lb_memo(inst: Instance) -> dict:
+    """`inst`'s entry of _LB_TERMS: (tp, cp, pp, micro_batch, sp, zero, ranks) -> its terms."""
     got = _LB_TERMS.get(id(inst))
     if got is None or got[0] is not inst:
         if len(_LB_TERMS) >= 64:  # a few instances per process, many in a test session
             _LB_TERMS.clear()
         got = _LB_TERMS[id(inst)] = (inst, {})
-    key = (tp, cp, pp, micro_batch, sp, zero, ranks)
-    terms = got[1].get(key)
-    if terms is None:
-        terms = got[1][key] = _lower_bound_terms(inst, tp, cp, pp, micro_batch, sp, zero, ranks)
-    return terms
+    return got[1]
 
 
 def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: int, sp: bool, zero: int,
@@ -471,13 +483,13 @@ class _Listing:
         got = self.invariants.get(key)
         if got is None:
             got = self.invariants[key] = self._invariants(tp, tps, group_tp, cp, shapes)
-        layouts, slots_of_v, modes_left, paired, per_mb, tally_key = got
+        layouts, slots_of_v, modes_left, paired, per_mb, tally_key, split_key = got
         out = []
         for mb in micro_batch_values(inst, tpg, cp, shapes, uniform, self.bound_memo):
             if mb not in per_mb:
-                # the v values and the pairing read the classes' replicas and depths, the
-                # batch's micro-batches and the v values offered (has_micro_batch_split)
-                sk = (key[3], gb // mb, tuple(slots_of_v), tuple(paired.values()))
+                # the v values and the pairing read the batch's micro-batches and what
+                # has_micro_batch_split reads of the classes for each v offered (split_key)
+                sk = (split_key, gb // mb)
                 split = self.splits.get(sk)
                 if split is None:
                     vs = tuple(v for v in slots_of_v if v == 1 or has_micro_batch_split(shapes, gb // mb, uniform, v))
@@ -498,8 +510,9 @@ class _Listing:
 
     def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
         """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
-        ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, and the key of its
-        tallies: what Tally.of reads of the layout) of a layout."""
+        ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, the key of its
+        tallies: what Tally.of reads of the layout, and the key of its v values: what
+        has_micro_batch_split reads of the classes for each v offered) of a layout."""
         inst, uniform, rules = self.inst, self.uniform, self.rules
         m, s = inst.model, inst.search
         replicas = sum(c.replicas for c in shapes)
@@ -511,13 +524,15 @@ class _Listing:
         layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
                         if etp is None or not group_tp]
                    for sp in s.sequence_parallel}
-        vs_all = virtual_stage_values(inst, shapes)
+        # virtual_stage_values and slot_modes_of, what they read of the instance and the classes
+        # read once
+        facts, pps = _slot_facts(inst), _depths(shapes)
+        listed = tuple(s.virtual_stages) if s.virtual_stages is not None else None
         # the uniform-split baseline keeps the even split of whole chunks
-        slots_of_v = {v: [x for x in slot_modes_of(inst, shapes, v) if not (uniform and any(x))]
-                      for v in vs_all}
+        slots_of_v = {v: [x for x in _slot_modes_of(*facts, pps, v) if not (uniform and any(x))]
+                      for v in _virtual_stage_values(*facts, listed, pps)}
         slots_of_v = {v: x for v, x in slots_of_v.items() if x}
         vs_all = list(slots_of_v)
-        pps = tuple(sorted({c.pp for c in shapes}))
         # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size nor on tp's
         # place: read once per tp values, cp, replicas, depths and v values
         mk = ("modes", tps, cp, replicas, pps, tuple(vs_all))
@@ -540,7 +555,13 @@ class _Listing:
         tally_key = (tuple((sp, zero, frozenset(adm)) for sp, zero, adm in modes_left),
                      tuple((sp, tuple(lay)) for sp, lay in layouts.items()),
                      tuple((v, tuple(x)) for v, x in slots_of_v.items()), tuple(paired.items()))
-        return layouts, slots_of_v, modes_left, paired, {}, tally_key
+        # has_micro_batch_split reads the count form (with the replicas in the uniform baseline):
+        # layouts of other replicas and depths share it (on one group, a lone class of r replicas
+        # of pp stages splits the batch as every layout of its r * pp does, v > 1)
+        split_key = (tuple((v, _count_form(shapes, v)) for v in slots_of_v),
+                     _count_form(shapes, 1, True) if any(paired.values()) else None,
+                     sum(c.replicas for c in shapes) if uniform else None)
+        return layouts, slots_of_v, modes_left, paired, {}, tally_key, split_key
 
 
 @dataclass
@@ -739,9 +760,14 @@ def _sp_zero_values(inst: Instance, tpg: dict[int, int], cp: int, shapes) -> tup
     zeros = [z for z in s.zero if not (z and replicas * cp == 1)
              and all(moe_problem(m, tp, tp > 1, z) is None for tp in tps)]
 
+    pps = _depths(shapes)  # the rules read a class's depth, not the class
+
     def admitted(sp: bool, z: int, v: int) -> bool:
-        return all(rules.admits(tp=tp, pp=c.pp, cp=cp, dp=replicas, sp=sp, zero=z, v=v)
-                   for c in shapes for tp in tps)
+        for pp in pps:
+            for tp in tps:
+                if not rules.admits(tp=tp, pp=pp, cp=cp, dp=replicas, sp=sp, zero=z, v=v):
+                    return False
+        return True
 
     sps = [sp for sp in sps if any(admitted(sp, z, v) for z in zeros for v in vs)]
     zeros = [z for z in zeros if any(admitted(sp, z, v) for sp in sps for v in vs)]
@@ -803,25 +829,40 @@ def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
     capacity = [g.gpu.hbm_bytes - s.memory_reserve_bytes for g in groups]
     ranks = sum(c.replicas for c in shapes) * cp
     # per class what its test reads: its last stage's group, the set of its stages' groups, its
-    # depth and replicas, read once rather than per micro-batch size, sp flag and ZeRO stage
-    # (a set of up to pp groups each time: 40% of this function on GPT-3 175B / 1,024 A100)
-    facts = [(c.stage_groups[-1], tuple(set(c.stage_groups)), c.pp, c.replicas) for c in shapes]
+    # depth (its replicas only as ZeRO's `ranks`), read once rather than per micro-batch size,
+    # sp flag and ZeRO stage (a set of up to pp groups each time: 40% of this function on
+    # GPT-3 175B / 1,024 A100)
+    facts = [(c.stage_groups[-1], tuple(set(c.stage_groups)), c.pp) for c in shapes]
 
-    def parts(g: int, pp: int, dp: int, b: int, sp: bool, z: int) -> tuple[float, float]:
-        key = (tpg[g], cp, pp, dp, b, sp, z, ranks)
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = micro_batch_lower_bound_parts(inst, tp=tpg[g], cp=cp, pp=pp, dp=dp, micro_batch=b,
-                                                            sp=sp, zero=z, zero_ranks=ranks)
-        return got
+    # micro_batch_lower_bound_parts with ZeRO over `ranks`, its terms read from (and kept in)
+    # the memo it reads: the listing asks for 3,851 distinct terms on GPT-3 175B / 1,024 A100,
+    # each once, which its layers of calls and keys cost more than the sums themselves
+    terms_memo, layers = _lb_memo(inst), inst.model.layers
+
+    def parts(g: int, pp: int, b: int, sp: bool, z: int) -> tuple[float, float]:
+        key = (tpg[g], cp, pp, b, sp, z, ranks)
+        terms = terms_memo.get(key)
+        if terms is None:
+            terms = terms_memo[key] = _lower_bound_terms(inst, *key)
+        return _parts_of(terms, layers, pp)
 
     def class_fits(fact, b: int, sp: bool, z: int) -> bool:
-        last, used, pp, dp = fact
-        return (parts(last, pp, dp, b, sp, z)[0] <= capacity[last]
-                and any(parts(g, pp, dp, b, sp, z)[1] <= capacity[g] for g in used))
+        last, used, pp = fact
+        own = parts(last, pp, b, sp, z)  # the last stage's group is one of `used`: read once
+        return own[0] <= capacity[last] and (own[1] <= capacity[last] or any(
+            parts(g, pp, b, sp, z)[1] <= capacity[g] for g in used if g != last))
 
-    return capped_micro_batches(cands, lambda b: any(all(class_fits(f, b, sp, z) for f in facts)
-                                                     for sp in sps for z in zeros))
+    def fits(b: int) -> bool:  # some (sp, ZeRO) with which every class fits: loops, not generators
+        for sp in sps:
+            for z in zeros:
+                for f in facts:
+                    if not class_fits(f, b, sp, z):
+                        break
+                else:
+                    return True
+        return False
+
+    return capped_micro_batches(cands, fits)
 
 
 def virtual_stage_values(inst: Instance, shapes) -> list[int]:

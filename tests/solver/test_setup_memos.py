@@ -16,7 +16,6 @@ import pytest
 
 from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import space
-from paraplan.solver.bounds import memory as memory_bound
 from paraplan.solver.search import search
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,24 +37,33 @@ def test_the_setup_computes_each_distinct_piece_once(name, monkeypatch):
     inst = load_instance(ROOT / "instances" / name)
     asked = {"terms": 0, "tally": 0}
     computed = {"terms": [], "tally": [], "caps": []}
-    terms, tally_of = space._lower_bound_terms, space.Tally.of.__func__
-    ask_terms = space.micro_batch_lower_bound_terms
+    terms, tally_of, lb_memo = space._lower_bound_terms, space.Tally.of.__func__, space._lb_memo
 
     def counted_terms(*args):
         computed["terms"].append(args[1:])  # all it reads beside the instance
         return terms(*args)
 
-    def counted_ask(inst_, **kw):
-        asked["terms"] += 1
-        return ask_terms(inst_, **kw)
+    class Asked:
+        """The instance's memo of terms, every lookup in it counted as an ask: the listing's
+        micro-batch caps look the terms up there themselves, the memory proof through
+        micro_batch_lower_bound_terms."""
+
+        def __init__(self, memo: dict):
+            self.memo = memo
+
+        def get(self, key):
+            asked["terms"] += 1
+            return self.memo.get(key)
+
+        def __setitem__(self, key, value):
+            self.memo[key] = value
 
     def counted_tally(cls, fields):
         computed["tally"].append(_canon(fields))
         return tally_of(cls, fields)
 
     monkeypatch.setattr(space, "_lower_bound_terms", counted_terms)
-    monkeypatch.setattr(space, "micro_batch_lower_bound_terms", counted_ask)
-    monkeypatch.setattr(memory_bound, "micro_batch_lower_bound_terms", counted_ask)
+    monkeypatch.setattr(space, "_lb_memo", lambda inst_: Asked(lb_memo(inst_)))
     shape_blocks = space._Listing.shape_blocks
 
     def counted_blocks(self, *args):
