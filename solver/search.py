@@ -1141,6 +1141,7 @@ class _Search:
         self.rank: range | list[int] = range(len(outers)) if lazy is None else []
         self.floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
         self.placements: dict = {}  # shared by the configurations (problem_for)
+        self.plan_memo: dict = {}  # the layer-plan classes' builds (class_partitions.OuterChoices._class_key)
         self.partitions = partitions_enabled(inst)
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
@@ -1437,7 +1438,7 @@ class _Search:
                 return
         for i in cand.outers:
             lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
-                              self.res)
+                              self.res, self.plan_memo)
             if lp is not None:
                 self._push([lp])
 
@@ -2009,15 +2010,16 @@ class _LayerPlans(_Node):
 
 
 def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placements: dict,
-                 uniform: bool, res: SolveResult) -> _LayerPlans | None:
+                 uniform: bool, res: SolveResult, memo: dict | None = None) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
-    when there are none beyond all-Megatron or none fits memory (counted in `res`)."""
+    when there are none beyond all-Megatron or none fits memory (counted in `res`). `memo`: the
+    search's, shared by the outers' classes (class_partitions.OuterChoices)."""
     from paraplan.solver import class_partitions  # a search over layer plans only
     idx, _, _ = scenario_weights(inst, objective)
     ch = class_partitions.OuterChoices(inst, o, idx, placer(inst, o, placements),
                                        class_outers(inst.job, o),
                                        lambda coeffs: problem_of(inst, o, objective, coeffs, prescaled=True),
-                                       uniform)
+                                       uniform, memo=memo)
     if ch.total == 1:
         return None
     if ch.optimistic(stop_unfit=True) is None:  # a class fits no split: no combination does
