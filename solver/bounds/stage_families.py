@@ -624,10 +624,13 @@ class FamilyBounds:
         # choice: the same floats as one call per (choice, group) (8 types: 217,102 choices
         # opened at 20 s of CPU, 1.4 million calls)
         for x, g in enumerate(fam.used):
-            pairs, back = np.unique(np.stack([at[x], per_group], axis=1), axis=0, return_inverse=True)
-            got = [self.syncs(g, fam.tps[x][p][1], fam.cp, fam.dp, bool(pg)) for p, pg in pairs.tolist()]
-            gs[:, x] = np.array([g_ for g_, _ in got])[back.ravel()]
-            ds[:, x] = np.array([d_ for _, d_ in got])[back.ravel()]
+            code = 2 * at[x] + per_group  # (tp index, flag)
+            present = np.bincount(code, minlength=2 * len(fam.tps[x])) > 0
+            got = [self.syncs(g, fam.tps[x][c // 2][1], fam.cp, fam.dp, bool(c % 2))
+                   for c in np.flatnonzero(present).tolist()]
+            back = (np.cumsum(present) - 1)[code]  # each choice's row of `got`
+            gs[:, x] = np.array([g_ for g_, _ in got])[back]
+            ds[:, x] = np.array([d_ for _, d_ in got])[back]
         return gs, ds
 
     def _sync_rows(self, fam: StageFamily, k: np.ndarray, terms: tuple, grid: np.ndarray | None = None,
