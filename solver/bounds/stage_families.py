@@ -490,10 +490,11 @@ class FamilyBounds:
         recompute where not `recompute` (joint_keys)."""
         inst = self.inst
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
-        sizes = [len(tp_values(inst, (g,))) for g in fam.used]
-        grid = np.indices([len(o) for o in fam.tps]).reshape(len(fam.used), -1)  # (groups, choices)
-        if only is not None:
-            grid = grid[:, only]
+        sizes = [len(v) for v in self._group_tps(fam)]
+        shape = [len(o) for o in fam.tps]
+        # (groups, choices): np.indices' rows, or of `only` its columns alone (the same numbers)
+        grid = (np.indices(shape).reshape(len(fam.used), -1) if only is None
+                else np.stack(np.unravel_index(np.asarray(only, np.int64), shape)).reshape(len(fam.used), -1))
         rate, lo, hi, held = 0.0, np.inf, -np.inf, 0.0
         most = min(L, s.max_pp if s.max_pp is not None else L)
         stages = np.zeros(grid.shape[1], np.int64)
@@ -575,44 +576,65 @@ class FamilyBounds:
         terms = (z1, zv, np.stack(per_group, axis=1), np.stack(floors, axis=1), valid, factor)
         return index, bounds, terms
 
-    def fill_drain_choices(self, fam: StageFamily, keep: list[int], terms: tuple) -> np.ndarray:
+    def fill_drain_choices(self, fam: StageFamily, keep: list[int], terms: tuple,
+                           pipeline: np.ndarray | None = None) -> np.ndarray:
         """The bound of each tp choice `keep` (positions in combos' order) with its v = 1 term
         raised to fill_drain.fill_drain_relaxed_s (at most J) of its stages (group g's c_g stages each at its floor
         f_g, the output layer's term >= 0 left out: J grows with every a_s), at its lone class's
         m = (global batch / b) / dp micro-batches: the configuration's pipeline at v = 1 is at
         least J (fill_drain's module docstring), as it is at least the v = 1 term, so at least
         their larger; the least over v, the scenarios' aggregate, the least over b and the
-        factor as combos. Without search.idle_gpus only (there c_g is a least count)."""
-        z1, zv, counts, floors, valid, factor = terms
-        L, gb = self.inst.model.layers, self.inst.job.global_batch
+        factor as combos. Without search.idle_gpus only (there c_g is a least count).
+        `pipeline`: the choices' J (_pipelines) where the caller has it."""
         k = np.asarray(keep, np.int64)
+        j = self._pipelines(fam, k, terms) if pipeline is None else pipeline
+        return self._per_b(terms, k, j).min(axis=1)
+
+    def _rows(self, fam: StageFamily, k: np.ndarray, terms: tuple) -> tuple:
+        """Per row (choices x mbs x scenarios) of the choices at positions `k`: the floors t
+        and stage counts (rows, groups), and the lone class's micro-batches m (at least 1)."""
+        _, _, counts, floors, _, _ = terms
         C, G = len(k), counts.shape[1]
         nb, ns = floors.shape[2], floors.shape[3]
         t = np.moveaxis(floors[k], 1, -1).reshape(-1, G)  # (choices x mbs x scenarios, groups)
         count = np.repeat(counts[k].astype(float), nb * ns, axis=0)
-        m = np.tile(np.repeat(np.floor(gb / self.mbs) / fam.dp, ns), C)
-        j = fill_drain_relaxed_s(t, count, L, np.maximum(m, 1.0)).reshape(C, nb, ns)
-        with np.errstate(invalid="ignore"):
-            z = np.minimum(np.maximum(z1[k], j), zv[k])
-        z = np.where(valid[k] & ~np.isnan(z), z, np.inf)
-        per_mb = z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)
-        return per_mb.min(axis=1) * factor
+        m = np.maximum(np.tile(np.repeat(np.floor(self.inst.job.global_batch / self.mbs) / fam.dp, ns), C), 1.0)
+        return t, count, m
+
+    def _pipelines(self, fam: StageFamily, k: np.ndarray, terms: tuple) -> np.ndarray:
+        """(choices, mbs, scenarios): fill_drain_relaxed_s of the floors of the choices at
+        positions `k` (fill_drain_choices' J; _sync_rows' pipeline), read once where a caller
+        reads both (row by row: a selection's floats are those of every choice at once)."""
+        t, count, m = self._rows(fam, k, terms)
+        nb, ns = terms[3].shape[2], terms[3].shape[3]
+        return fill_drain_relaxed_s(t, count, self.inst.model.layers, m).reshape(len(k), nb, ns)
 
     def _choice_syncs(self, fam: StageFamily, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(g, d) of syncs per choice of positions `k` (combos' order) and group, each
         (choices, groups, micro-batch sizes, scenarios)."""
         G, nb, ns = len(fam.used), len(self.mbs), len(self.idx)
         # each choice's tp per group (combos' order: np.indices over fam.tps, the last fastest)
-        at = np.unravel_index(k, [len(x) for x in fam.tps])
+        at = np.unravel_index(np.asarray(k, np.int64), [len(x) for x in fam.tps])
+        tp = np.stack([np.array([t for _, t in fam.tps[x]])[at[x]] for x in range(G)], axis=1)  # (choices, groups)
+        per_group = (tp != tp[:, :1]).any(axis=1)  # the choice's tp differs between its groups
         gs, ds = np.empty((len(k), G, nb, ns)), np.empty((len(k), G, nb, ns))
-        for r in range(len(k)):
-            tpg = [fam.tps[x][int(at[x][r])][1] for x in range(G)]
-            per_group = len(set(tpg)) > 1
-            for x, (g, t) in enumerate(zip(fam.used, tpg)):
-                gs[r, x], ds[r, x] = self.syncs(g, t, fam.cp, fam.dp, per_group)
+        if not len(k):
+            return gs, ds
+        # each group's syncs read once per (tp value, per_group) present, then gathered per
+        # choice: the same floats as one call per (choice, group) (8 types: 217,102 choices
+        # opened at 20 s of CPU, 1.4 million calls)
+        for x, g in enumerate(fam.used):
+            code = 2 * at[x] + per_group  # (tp index, flag)
+            present = np.bincount(code, minlength=2 * len(fam.tps[x])) > 0
+            got = [self.syncs(g, fam.tps[x][c // 2][1], fam.cp, fam.dp, bool(c % 2))
+                   for c in np.flatnonzero(present).tolist()]
+            back = (np.cumsum(present) - 1)[code]  # each choice's row of `got`
+            gs[:, x] = np.array([g_ for g_, _ in got])[back]
+            ds[:, x] = np.array([d_ for _, d_ in got])[back]
         return gs, ds
 
-    def _sync_rows(self, fam: StageFamily, k: np.ndarray, terms: tuple, grid: np.ndarray | None = None) -> tuple:
+    def _sync_rows(self, fam: StageFamily, k: np.ndarray, terms: tuple, grid: np.ndarray | None = None,
+                   pipeline: np.ndarray | None = None) -> tuple:
         """What apart_choices and joint_keys read of the choices at positions `k` of `terms`
         (combos' rows): per row (choices x mbs x scenarios, groups) the floors t, stage
         counts, syncs g and d (syncs), and per row m (the lone class's micro-batches); per
@@ -620,9 +642,10 @@ class FamilyBounds:
         over real splits. `grid`: the choices' positions in the family's grid, which the syncs
         read (tp per group); None where `terms` are the whole grid's (then `k` itself). joint_keys'
         terms are its popped choices' alone (combos' `only`): read at `k` the syncs were the
-        grid's first choices', not theirs (found by the row1c helper)."""
+        grid's first choices', not theirs (found by the row1c helper). `pipeline`: _pipelines
+        of `k` where the caller has it."""
         _, _, counts, floors, _, _ = terms
-        L, gb = self.inst.model.layers, self.inst.job.global_batch
+        L = self.inst.model.layers
         C, G = len(k), counts.shape[1]
         nb, ns = floors.shape[2], floors.shape[3]
         gs, ds = self._choice_syncs(fam, k if grid is None else grid)
@@ -630,10 +653,9 @@ class FamilyBounds:
         with np.errstate(divide="ignore", invalid="ignore"):
             least_sync = np.maximum((ds + gs).max(axis=1), (L + (c * ds / gs).sum(axis=1)) / (c / gs).sum(axis=1))
         least_sync = np.where(np.isnan(least_sync), 0.0, least_sync)  # (no bound)
-        t = np.moveaxis(floors[k], 1, -1).reshape(-1, G)  # (choices x mbs x scenarios, groups)
-        count = np.repeat(counts[k].astype(float), nb * ns, axis=0)
-        m = np.maximum(np.tile(np.repeat(np.floor(gb / self.mbs) / fam.dp, ns), C), 1.0)
-        pipeline = fill_drain_relaxed_s(t, count, L, m).reshape(C, nb, ns)
+        t, count, m = self._rows(fam, k, terms)
+        if pipeline is None:
+            pipeline = fill_drain_relaxed_s(t, count, L, m).reshape(C, nb, ns)
         g_, d_ = (np.moveaxis(x, 1, -1).reshape(-1, G) for x in (gs, ds))
         return t, count, g_, d_, m, pipeline, least_sync
 
@@ -647,7 +669,8 @@ class FamilyBounds:
         z = np.where(valid[k] & ~np.isnan(z), z, np.inf)
         return (z.max(axis=2) if self.agg == "max" else z @ np.asarray(self.weights, float)) * factor
 
-    def apart_choices(self, fam: StageFamily, keep: list[int], terms: tuple, can_win) -> np.ndarray:
+    def apart_choices(self, fam: StageFamily, keep: list[int], terms: tuple, can_win,
+                      pipeline: np.ndarray | None = None) -> np.ndarray:
         """The bound of each tp choice `keep` (positions in combos' order) with its v = 1 term
         raised by its gradient sync read apart from its pipeline. A configuration's time at
         v = 1 is (m - 1) max_s T_s + sum_s T_s + max_s D_s, T_s >= n_s f_s and D_s >= d_s +
@@ -659,12 +682,14 @@ class FamilyBounds:
         (fill_drain_sync_s' first level). The least over v, the scenarios' aggregate, the least
         over b and the factor as combos. Without search.idle_gpus only (there c_g is a least
         count), through two groups or more (the syncs are read at pp > 1). Read only for the
-        choices it may prune (_can_rise); 0 for the others."""
+        choices it may prune (_can_rise); 0 for the others. `pipeline`: _pipelines of `keep`
+        where the caller has it."""
         k = np.asarray(keep, np.int64)
         out = np.zeros(len(k))  # (no bound: the caller's stands)
         read = self._can_rise(terms, k, can_win)
         if len(read):
-            *_, pipeline, least_sync = self._sync_rows(fam, k[read], terms)
+            *_, pipeline, least_sync = self._sync_rows(fam, k[read], terms,
+                                                       pipeline=None if pipeline is None else pipeline[read])
             out[read] = self._per_b(terms, k[read], pipeline + least_sync).min(axis=1)
         return out
 
@@ -705,10 +730,11 @@ class FamilyBounds:
         _, bounds, terms = self._combos(fam, only=pos, recompute=False)
         k = np.arange(len(pos))
         L = self.inst.model.layers
-        bounds = np.maximum(bounds, self.fill_drain_choices(fam, k.tolist(), terms))
+        pipeline = self._pipelines(fam, k, terms)  # (fill_drain_choices' and _sync_rows')
+        bounds = np.maximum(bounds, self.fill_drain_choices(fam, k.tolist(), terms, pipeline))
         if not len(self._can_rise(terms, k, can_win)):  # (none it may prune)
             return bounds
-        t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms, pos)
+        t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms, pos, pipeline)
         apart = pipeline + least_sync
         got = self._per_b(terms, k, apart)
         bounds = np.maximum(bounds, got.min(axis=1))
@@ -730,12 +756,16 @@ class FamilyBounds:
     def _positions(self, fam: StageFamily, indices: list[int]) -> np.ndarray:
         """The positions in the family's grid (combos' order) of its tp choices `indices`
         (tp_choices' order: the product of each group's tp_values)."""
-        values = [self.group_tps.get(g) or self.group_tps.setdefault(g, tp_values(self.inst, (g,))) for g in fam.used]
+        values = self._group_tps(fam)
         at = np.unravel_index(np.asarray(indices, np.int64), [len(v) for v in values])
         where = [np.array([dict((i, p) for p, (i, _) in enumerate(fam.tps[x])).get(i, -1) for i in range(len(values[x]))])
                  for x in range(len(fam.used))]
         return np.ravel_multi_index(tuple(where[x][at[x]] for x in range(len(fam.used))),
                                     [len(x) for x in fam.tps])
+
+    def _group_tps(self, fam: StageFamily) -> list:
+        """tp_values of each group `fam` uses, read once per group (group_tps)."""
+        return [self.group_tps.get(g) or self.group_tps.setdefault(g, tp_values(self.inst, (g,))) for g in fam.used]
 
     def _stage_refused(self, fam: StageFamily, grid: np.ndarray, stages: np.ndarray) -> np.ndarray:
         """Per tp choice of the grid (groups, choices), whether no order of its pipeline fits
@@ -772,16 +802,19 @@ class FamilyBounds:
         keep = _winning(bounds, can_win)
         if len(keep) and not self.inst.search.idle_gpus:
             bounds = bounds.copy()
-            bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep.tolist(), terms))
-            keep = keep[_winning(bounds[keep], can_win)]
+            pipeline = self._pipelines(fam, keep, terms)  # (fill_drain_choices' and apart_choices')
+            bounds[keep] = np.maximum(bounds[keep], self.fill_drain_choices(fam, keep.tolist(), terms, pipeline))
+            won = _winning(bounds[keep], can_win)
+            keep = keep[won]
             if len(keep) and self.reads_syncs(fam):
-                bounds[keep] = np.maximum(bounds[keep], self.apart_choices(fam, keep.tolist(), terms, can_win))
+                bounds[keep] = np.maximum(bounds[keep], self.apart_choices(fam, keep.tolist(), terms, can_win,
+                                                                           pipeline[won]))
                 keep = keep[_winning(bounds[keep], can_win)]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
         """The tp per group of the tp choice of index ti (tp_choices' order)."""
-        values = [self.group_tps.get(g) or self.group_tps.setdefault(g, tp_values(self.inst, (g,))) for g in fam.used]
+        values = self._group_tps(fam)
         tpg, rest = {}, ti
         for k in range(len(fam.used) - 1, -1, -1):
             rest, i = divmod(rest, len(values[k]))
