@@ -477,7 +477,7 @@ class OptionBounds:
             f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised)
             kept = kept_share(self.recompute, fam.tp, fam.cp)
             each = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
-                    (pp / f, kept * (pp - 1.0)) if runs_v(self.recompute, pp, v) else
+                    (pp / f, kept * np.full(f.shape, pp - 1.0)) if runs_v(self.recompute, pp, v) else
                     (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
         return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
 
