@@ -258,7 +258,11 @@ class OptionBounds:
         return per.min(axis=-1) if per_v else per.min(axis=(-2, -1))
 
     def family_bound(self, fam: OptionFamily) -> float:
-        """At most every layout's bound of the family: a replica family's root's; of a mixed
+        """At most every layout's bound of the family: a replica family's roots' with every
+        class on its group's floors alone (_class_terms' `first`: A_lo = L f_g / pp, S_lo = L
+        f_g, a relaxation of its memory's terms, read when the family is opened; issue 33: on
+        GPT-3 175B / 1,024 A100 with classes_per_group 2 the memory's terms at v = 1 took 12 of
+        the 13 s of set-up, for the same 38 keys to three decimals); of a mixed
         family, every stage slot at its group's rate (D <= sum_g slots_g / f_g: the stage-wise
         class's c_g dp and the replica classes' slots on g add to at most g's slots), no bubble
         at v = 1 (each class's is >= 0), B >= -dp >= -(the most slots of a group) at v > 1 (each
@@ -266,7 +270,7 @@ class OptionBounds:
         runs >= 2 stages), and the sync of >= 2 replicas (two classes at least) whose shallowest
         class runs at most the most slots of a group (a replica class's stages): each relaxes
         its roots' bounds, so it is at most each."""
-        if fam.family == "replica":  # its roots' with every v > 1 read at v = 1's terms (_class_terms)
+        if fam.family == "replica":  # its roots' on the floors alone (_class_terms' `first`)
             return min((node.bound for node in self._roots(fam, first=True)), default=float("inf"))
         groups = self.inst.cluster.groups
         u = fam.tp * fam.cp
@@ -357,9 +361,10 @@ class OptionBounds:
     def _roots(self, fam: OptionFamily, first: bool = False) -> list["_Node"]:
         """The family's roots: a replica family's one (no class fixed), a mixed family's one per
         stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed;
-        `first`: a replica family's, its classes at v > 1 read at v = 1's terms (its key before
-        it comes up: most never do, and their terms at every v took a fifth of 32 A100 + 32
-        H100's search with the options; _class_terms)."""
+        `first`: a replica family's, its classes on their group's floors alone (its key before
+        it comes up: most never do, and their memory's terms at every v took a fifth of 32 A100
+        + 32 H100's search with the options, at v = 1 alone 12 s of GPT-3 175B / 1,024 A100's
+        set-up with classes_per_group 2; _class_terms)."""
         if (fam, first) not in self.root_memo:
             if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
                 roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None, self.pipe_zeros,
@@ -433,11 +438,13 @@ class OptionBounds:
         and grows with B, so a profile read at its ways' most D and least B is read at most at
         each's bound; `ranks`: the ZeRO ranks of the layouts read (else the most the family's
         may have: every stage slot of its groups, times cp)."""
-        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, ranks, first)
+        groups = self.inst.cluster.groups
+        most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+        # keyed by the ranks read, not by whether they were asked: a layout at its family's most
+        # (_at_ranks: every slot a replica) reads its root's terms again
+        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, most, first)
         got = self.ways.get(key)
         if got is None or got[0] is not ways:
-            groups = self.inst.cluster.groups
-            most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
             terms: dict[int, tuple] = {}
             out = []
             for q in levels:
@@ -459,22 +466,18 @@ class OptionBounds:
         """(rate, bubble), each (v, micro-batch sizes, scenarios) over OptionBounds.vs: a replica
         class of pp stages on group g at each v (option_recompute.RecomputeFloor.class_terms),
         or on the floor ZeRO-3 `raised` (pp / max(f_g, raised), pp - 1; a v > 1 it cannot run:
-        no rate, an infinite bubble). With `first`, every v > 1 it runs at v = 1's rate and
-        bubble (times kept_share): its slowest stage and stage sum at v are at least those at v
-        = 1 (option_recompute.py, "Interleaving": each stage time at least its v = 1 reading, on
-        fewer counts), so those are a bound's A_lo and S_lo at v too."""
+        no rate, an infinite bubble), or with `first` on its group's floor alone (pp / f_g, pp -
+        1, at v > 1 times kept_share: A_lo = L f_g / pp and S_lo = L f_g, each at most the
+        class's own, the derivation's plain reading; the family's key, family_bound)."""
         if raised is None and first:
-            rate, bubble = self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most)
-            kept = kept_share(self.recompute, fam.tp, fam.cp)
-            each = [(rate, bubble) if v == 1 else (rate, kept * bubble) if runs_v(self.recompute, pp, v) else
-                    (np.zeros(rate.shape), np.full(rate.shape, np.inf)) for v in self.vs]
-        elif raised is None:
+            raised = 0.0
+        if raised is None:
             each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) for v in self.vs]
         else:
             f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised)
             kept = kept_share(self.recompute, fam.tp, fam.cp)
             each = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
-                    (pp / f, kept * (pp - 1.0)) if runs_v(self.recompute, pp, v) else
+                    (pp / f, kept * np.full(f.shape, pp - 1.0)) if runs_v(self.recompute, pp, v) else
                     (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
         return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
 
