@@ -32,15 +32,7 @@ def plan_to_mapping(plan: Plan, inst: Instance | None = None) -> dict:
     all_full = plan.recompute is Recompute.NONE and all(
         c.full_recompute_layers == c.layers_per_stage for c in plan.classes)
     names = [x.name for x in inst.cluster.groups] if inst is not None else []
-    out = {"tp": {names[g]: t for g, t in plan.group_tp} if plan.group_tp and not flat else plan.tp,
-           "cp": plan.cp if flat or plan.cp > 1 else None,
-           "virtual_stages": plan.virtual_stages if flat or plan.virtual_stages > 1 else None,
-           "micro_batch": plan.micro_batch, "sequence_parallel": plan.sequence_parallel,
-           "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value, "zero": plan.zero,
-           "ep": plan.ep if plan.ep > 1 else None, "etp": plan.etp,
-           "embedding_in_split": plan.embedding_in_split or None,
-           "loss_in_split": plan.loss_in_split or None,
-           "zero_bubble": plan.zero_bubble.value if plan.zero_bubble is not None else None}
+    out = _shared_mapping(plan, flat, names, all_full)
     if flat:
         c = plan.one_class
         out.update(_class_mapping(c, [], all_full), pp=plan.pp, dp=c.replicas)
@@ -50,6 +42,20 @@ def plan_to_mapping(plan: Plan, inst: Instance | None = None) -> dict:
             {"replicas": c.replicas, "stages": [names[g] for g in c.stage_groups],
              **_class_mapping(c, names, all_full)} for c in plan.classes])
     return {k: out[k] for k in (_FLAT_ORDER if flat else _CLASS_ORDER) if out.get(k) is not None}
+
+
+def _shared_mapping(plan: Plan, flat: bool, names: list[str], all_full: bool) -> dict:
+    """The settings every class shares, as plan_to_mapping writes them in either form (None:
+    left out)."""
+    return {"tp": {names[g]: t for g, t in plan.group_tp} if plan.group_tp and not flat else plan.tp,
+            "cp": plan.cp if flat or plan.cp > 1 else None,
+            "virtual_stages": plan.virtual_stages if flat or plan.virtual_stages > 1 else None,
+            "micro_batch": plan.micro_batch, "sequence_parallel": plan.sequence_parallel,
+            "recompute": RECOMPUTE_FULL if all_full else plan.recompute.value, "zero": plan.zero,
+            "ep": plan.ep if plan.ep > 1 else None, "etp": plan.etp,
+            "embedding_in_split": plan.embedding_in_split or None,
+            "loss_in_split": plan.loss_in_split or None,
+            "zero_bubble": plan.zero_bubble.value if plan.zero_bubble is not None else None}
 
 
 def _class_mapping(c: ReplicaClass, names: list[str], all_full: bool) -> dict:

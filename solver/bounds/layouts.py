@@ -225,7 +225,6 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     were 1.1 s and 2.2 s of the 4 x 16 row's 12 s of CPU, and most of their blocks lay past
     the bar already (issue 33)."""
     L, gb = inst.model.layers, inst.job.global_batch
-    n = len(idx)
     memo = {} if memo is None else memo
     layer_memo = {} if layer_memo is None else layer_memo
     net = NetEfficiency()
@@ -260,25 +259,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
         e, l_, vs, plain, slotted = slots
         if _kept_terms(memo, b, idx, ceiling_s) is None:
-            t = np.empty((n, pp))
-            h = np.empty(n)
-            alts = None
-            tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
-            for si, i in enumerate(idx):
-                tg = {}
-                for g in uniq:
-                    key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute)
-                    got = per_group.get(key)
-                    if got is None:
-                        if alts is None:
-                            _, zero, _, _, ep, etp, _, _ = ty.first
-                            alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False)
-                                    for sp in ty.sps for rc in b.recompute]
-                        terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
-                        got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
-                    tg[g] = got
-                t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
-                h[si] = tg[c.stage_groups[-1]][1]
+            t, h = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
             fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
         # (its syncs, (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each, read below)
         by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
@@ -295,6 +276,36 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         if items:
             out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode, ceiling_s)
     return out
+
+
+def _block_floors(inst, b, idx: list[int], place: tuple, per_group: dict, layer_plans: bool,
+                  memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """stage_bound_rows' t (scenarios x stages: each stage's least layer floor on its group over
+    the block's sequence-parallel flags and recompute modes) and h (per scenario, the least
+    output layer on the last stage's group), each group's pair kept in `per_group` by what it
+    reads."""
+    ty, c = b.tally, b.classes[0]
+    uniq, where = place
+    t = np.empty((len(idx), len(c.stage_groups)))
+    h = np.empty(len(idx))
+    alts = None
+    tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
+    for si, i in enumerate(idx):
+        tg = {}
+        for g in uniq:
+            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute)
+            got = per_group.get(key)
+            if got is None:
+                if alts is None:
+                    _, zero, _, _, ep, etp, _, _ = ty.first
+                    alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False)
+                            for sp in ty.sps for rc in b.recompute]
+                terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
+                got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
+            tg[g] = got
+        t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
+        h[si] = tg[c.stage_groups[-1]][1]
+    return t, h
 
 
 # relative slack of _live's test: a bound computed in another order (_keep_terms' test, the
