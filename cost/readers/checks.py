@@ -26,11 +26,14 @@ def check_whole(inst: Instance, search_sec: Section | None, source: str) -> Inst
     check_gpu_features(source, job, gpus)
     check_gpu_prices(source, job, gpus)
     check_moe_overlaps(source, job, model, search)
-    check_job_options(source, job, model, search)
+    # a searched value no plan can run is named before a job option it conflicts with: its fix
+    # (drop the value) clears both, while a job option's fix may only reveal the refusal behind it
+    # (per-operator partitions on latent attention: every job option dropped, still refused)
     if search_sec is not None:
         refusal = search_refusal(search, model, inst.cluster, job, frozenset(search_sec.raw))
         if refusal is not None:
             raise search_sec.error(refusal.key, refusal.problem, refusal.fix)
+    check_job_options(source, job, model, search)
     return inst
 
 

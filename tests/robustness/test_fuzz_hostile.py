@@ -419,10 +419,16 @@ def _no_solve(monkeypatch):
     """Make every solve fail loudly: an output check must come first."""
     def boom(*a, **k):
         raise AssertionError("solved before checking the output path")
-    from paraplan.solver import search, solve
+    # the modules that bind search / solve by name are imported here, before the patch, and
+    # patched too: one first imported under the patch (replan's solver/dynamic.py) kept `boom`
+    # for the rest of the process, and a later test's timeline met it
+    from paraplan.solver import api, dynamic, search, solve
     monkeypatch.setattr(solve, "solve", boom)
     monkeypatch.setattr(solve, "search", boom)
     monkeypatch.setattr(search, "search", boom)
+    monkeypatch.setattr(dynamic, "search", boom)
+    monkeypatch.setattr(api, "search", boom)
+    monkeypatch.setattr(api, "solve", boom)
 
 
 BAD_OUTPUTS = st.sampled_from(["missing-dir/plan.yaml", "a-file/plan.yaml", "a-dir",
