@@ -205,11 +205,18 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
 
 def _lb_memo(inst: Instance) -> dict:
     """`inst`'s entry of _LB_TERMS: (tp, cp, pp, micro_batch, sp, zero, ranks) -> its terms."""
-    got = _LB_TERMS.get(id(inst))
+    return instance_memo(_LB_TERMS, inst)
+
+
+def instance_memo(table: dict, inst) -> dict:
+    """`inst`'s memo in `table` (id(inst) -> (inst, memo)), made empty where it has none; the
+    entry keeps its instance alive, so no other takes its id. Cleared when full: a few
+    instances per process, many in a test session."""
+    got = table.get(id(inst))
     if got is None or got[0] is not inst:
-        if len(_LB_TERMS) >= 64:  # a few instances per process, many in a test session
-            _LB_TERMS.clear()
-        got = _LB_TERMS[id(inst)] = (inst, {})
+        if len(table) >= 64:
+            table.clear()
+        got = table[id(inst)] = (inst, {})
     return got[1]
 
 

@@ -48,14 +48,13 @@ from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.coefficients import in_flight_micro_batches
 from paraplan.cost.specs import ZeroBubble
 from paraplan.cost.zero_bubble import v_in_flight
-from paraplan.solver.space import micro_batch_lower_bound_terms
+from paraplan.solver.space import instance_memo, micro_batch_lower_bound_terms
 
 MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, far below any real gap
 # id(inst) -> (inst, {("in flight", pp, m, v): in-flight micro-batches per stage; ("embedding",
 # tp, zero, ranks, first, last): an end stage's embedding state}), kept across calls: the search
 # calls proved_infeasible once per chunk it prices, and the chunks repeat a few distinct ones
-# (GPT-3 175B on 1,024 A100: 1,356 configurations over 38 chunks); the entry keeps its instance
-# alive, so no other takes its id
+# (GPT-3 175B on 1,024 A100: 1,356 configurations over 38 chunks); space.instance_memo's table
 _KNOWN: dict[int, tuple] = {}
 
 
@@ -75,16 +74,6 @@ def layers_within(base_bytes: float, per_layer_bytes: float, capacity_bytes: flo
     return n
 
 
-def _known(inst) -> dict:
-    """`inst`'s entry of _KNOWN."""
-    got = _KNOWN.get(id(inst))
-    if got is None or got[0] is not inst:
-        if len(_KNOWN) >= 64:  # a few instances per process, many in a test session
-            _KNOWN.clear()
-        got = _KNOWN[id(inst)] = (inst, {})
-    return got[1]
-
-
 def _counts(job, o) -> list[int]:
     """Each class's micro-batch count as cost/class_coefficients.class_outers prices it, a lone
     class's read without building its Outer (the count the batch gives it)."""
@@ -100,7 +89,7 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     capacity = [g.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in groups]
     L = inst.model.layers
     layout = memory.state_layout(inst.job)
-    known = _known(inst)
+    known = instance_memo(_KNOWN, inst)
 
     def stage_most(o, c, ranks: int) -> Callable[[int, bool, bool, float], int]:
         """nmax of the module docstring for a stage of class c on group g, first or last, with
