@@ -205,11 +205,18 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
 
 def _lb_memo(inst: Instance) -> dict:
     """`inst`'s entry of _LB_TERMS: (tp, cp, pp, micro_batch, sp, zero, ranks) -> its terms."""
-    got = _LB_TERMS.get(id(inst))
+    return instance_memo(_LB_TERMS, inst)
+
+
+def instance_memo(table: dict, inst) -> dict:
+    """`inst`'s memo in `table` (id(inst) -> (inst, memo)), made empty where it has none; the
+    entry keeps its instance alive, so no other takes its id. Cleared when full: a few
+    instances per process, many in a test session."""
+    got = table.get(id(inst))
     if got is None or got[0] is not inst:
-        if len(_LB_TERMS) >= 64:  # a few instances per process, many in a test session
-            _LB_TERMS.clear()
-        got = _LB_TERMS[id(inst)] = (inst, {})
+        if len(table) >= 64:
+            table.clear()
+        got = table[id(inst)] = (inst, {})
     return got[1]
 
 
@@ -1317,21 +1324,69 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
     per_shape: dict[tuple, int] = {}
     splits: dict[tuple, int] = {}
     paired_of: dict[int, bool] = {}
-    # without partitions a block's (outers, plans) read its classes, micro-batch size and tally
-    # only: once per those (the blocks share their classes and tallies, alive through the call;
-    # the 4 x 16 row's summary of every layout set up read 1.4% of its CPU block by block)
+    # without partitions a block's (outers, plans) read its classes' degrees, micro-batch size and
+    # tally only: once per those (the blocks share their classes and tallies, alive through the
+    # call; the 4 x 16 row's summary of every layout set up read 1.4% of its CPU block by block),
+    # and of those all but the micro-batch vectors read the degrees and tally alone
+    # (_tally_weights: GPT-3 175B / 1,024 A100's 1,885 blocks share 182 of them)
     per_block: dict[tuple, tuple[int, int]] = {}
     for n, b in weighted:
-        bk = None if parts else (id(b.classes), b.micro_batch, id(b.tally))
-        got = per_block.get(bk) if bk is not None else None
-        if got is None:
-            got = _block_summary(inst, b, _partition_tally(inst, b, tallied) if parts else b.tally.counts,
-                                 dual, per_shape, splits, paired_of)
-            if bk is not None:
-                per_block[bk] = got
+        if parts:
+            got = _block_summary(inst, b, _partition_tally(inst, b, tallied), dual, per_shape, splits, paired_of)
+        else:
+            degrees = tuple([(c.replicas, c.pp) for c in b.classes])
+            bk = (degrees, b.micro_batch, id(b.tally))
+            got = per_block.get(bk)
+            if got is None:
+                got = per_block[bk] = _tallied_summary(inst, b, degrees, dual, per_shape, splits, paired_of)
         outers += n * got[0]
         total += n * got[1]
     return SpaceSummary(outer_configs=outers, plans_total=total)
+
+
+def _tallied_summary(inst: Instance, b: OuterBlock, degrees: tuple, dual: bool, per_shape: dict, splits: dict,
+                     paired_of: dict) -> tuple[int, int]:
+    """(outers, plans) of block b without partitions (summarize_blocks): its tally's weights
+    (_tally_weights) times the micro-batch vectors of its count at each (v, paired). Integer
+    sums, so regrouping _block_summary's per-outer products changes no digit."""
+    wk = ("weights", degrees, id(b.tally))  # the tally is alive through summarize_blocks' call
+    got = per_shape.get(wk)
+    if got is None:
+        got = per_shape[wk] = _tally_weights(inst, b, dual, splits, paired_of)
+    outers, weights = got
+    count = inst.job.global_batch // b.micro_batch
+    total = 0
+    for (v, paired), weight in weights.items():
+        vk = ("vectors", degrees, count, v, paired)
+        vectors = per_shape.get(vk)
+        if vectors is None:
+            vectors = per_shape[vk] = count_micro_batch_splits(b.classes, count, False, v, paired)
+        total += vectors * weight
+    return outers, total
+
+
+def _tally_weights(inst: Instance, b: OuterBlock, dual: bool, splits: dict, paired_of: dict) -> tuple[int, dict]:
+    """Of block b's tally and classes: its outers, and per (v, paired) the sum over its outers
+    there of one value of the recompute pattern per class x each class's layer splits
+    (_plans_per_shape's factors but the micro-batch vectors)."""
+    L, rc = inst.model.layers, inst.search.full_recompute
+    pp_min = min(c.pp for c in b.classes)
+    outers, weights = 0, {}
+    for (v, ep, emb, loss, mode), count in b.tally.counts.items():
+        outers += count
+        if ep not in paired_of:
+            paired_of[ep] = pairs_unpipelined_micro_batches(inst.job, ep)
+        slots = (emb, loss)
+        rows = rc if dual else recompute_rows(rc, recompute_pattern(inst.job.framework, mode, inst.search.partial_recompute),
+                                              L, L + sum(slots), v, pp_min)
+        per = count * pattern_values(rows)
+        each = False if isinstance(rows, tuple) else rows
+        for c in b.classes:
+            if (c.pp, v, slots, each) not in splits:
+                splits[c.pp, v, slots, each] = count_splits(L, c.pp, v, each, False, slots)
+            per *= splits[c.pp, v, slots, each]
+        weights[v, paired_of[ep]] = weights.get((v, paired_of[ep]), 0) + per
+    return outers, weights
 
 
 def _block_summary(inst: Instance, b: OuterBlock, combos: dict, dual: bool, per_shape: dict, splits: dict,

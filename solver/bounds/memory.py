@@ -39,6 +39,8 @@ other activations: the search prices those).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from paraplan.cost import memory
@@ -46,30 +48,38 @@ from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.coefficients import in_flight_micro_batches
 from paraplan.cost.specs import ZeroBubble
 from paraplan.cost.zero_bubble import v_in_flight
-from paraplan.solver.space import micro_batch_lower_bound_terms
+from paraplan.solver.space import instance_memo, micro_batch_lower_bound_terms
 
 MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, far below any real gap
-# id(inst) -> (inst, {most_layers' arguments: its nmax; ("in flight", pp, m, v): in-flight
-# micro-batches per stage}), kept across calls: the search calls
-# proved_infeasible once per chunk it prices, and the chunks' stages repeat (GPT-3 175B on
-# 1,024 A100: 4,423 stages over 38 chunks, 473 distinct terms); the entry keeps its instance
-# alive, so no other takes its id
-_MOST_LAYERS: dict[int, tuple] = {}
+# id(inst) -> (inst, {("in flight", pp, m, v): in-flight micro-batches per stage; ("embedding",
+# tp, zero, ranks, first, last): an end stage's embedding state}), kept across calls: the search
+# calls proved_infeasible once per chunk it prices, and the chunks repeat a few distinct ones
+# (GPT-3 175B on 1,024 A100: 1,356 configurations over 38 chunks); space.instance_memo's table
+_KNOWN: dict[int, tuple] = {}
 
 
 def layers_within(base_bytes: float, per_layer_bytes: float, capacity_bytes: float, most: int) -> int:
     """The most layers n <= `most` whose LB = base + n per_layer fits `capacity_bytes` (within
     MARGIN), 0 where none does."""
-    def fits(n: int) -> bool:
-        return (base_bytes + n * per_layer_bytes) * (1 - MARGIN) <= capacity_bytes
+    # n fits where (base + n per_layer) (1 - MARGIN) <= capacity (written out, not a closure:
+    # the proof reads a few thousand stages per search)
+    keep = 1 - MARGIN
     if per_layer_bytes <= 0:
-        return most if fits(0) else 0
-    n = int(min(max((capacity_bytes / (1 - MARGIN) - base_bytes) // per_layer_bytes, 0), most))  # a guess
-    while n < most and fits(n + 1):
+        return most if base_bytes * keep <= capacity_bytes else 0
+    n = int(min(max((capacity_bytes / keep - base_bytes) // per_layer_bytes, 0), most))  # a guess
+    while n < most and (base_bytes + (n + 1) * per_layer_bytes) * keep <= capacity_bytes:
         n += 1
-    while n > 0 and not fits(n):
+    while n > 0 and not (base_bytes + n * per_layer_bytes) * keep <= capacity_bytes:
         n -= 1
     return n
+
+
+def _counts(job, o) -> list[int]:
+    """Each class's micro-batch count as cost/class_coefficients.class_outers prices it, a lone
+    class's read without building its Outer (the count the batch gives it)."""
+    if len(o.classes) == 1:
+        return [job.global_batch // o.micro_batch // o.classes[0].replicas]
+    return [co.num_micro_batches for co in class_outers(job, o)]
 
 
 def proved_infeasible(inst, outers: list) -> np.ndarray:
@@ -79,34 +89,34 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     capacity = [g.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in groups]
     L = inst.model.layers
     layout = memory.state_layout(inst.job)
-    known = _MOST_LAYERS.get(id(inst))
-    if known is None or known[0] is not inst:
-        if len(_MOST_LAYERS) >= 64:  # a few instances per process, many in a test session
-            _MOST_LAYERS.clear()
-        known = _MOST_LAYERS[id(inst)] = (inst, {})
-    nmax = known[1]
+    known = instance_memo(_KNOWN, inst)
 
-    def most_layers(*args) -> int:
-        got = nmax.get(args)
-        if got is None:
-            got = nmax[args] = _most_layers(*args)
-        return got
+    def stage_most(o, c, ranks: int) -> Callable[[int, bool, bool, float], int]:
+        """nmax of the module docstring for a stage of class c on group g, first or last, with
+        `in_flight` micro-batches: the class's terms read once per group it uses (each stage's
+        own sums, no memo: a stage's in-flight count and ends make most of them distinct)."""
+        terms = {g: micro_batch_lower_bound_terms(inst, tp=o.tp_of(g), cp=o.cp, pp=c.pp, dp=c.replicas,
+                                                  micro_batch=o.micro_batch, sp=o.sequence_parallel,
+                                                  zero=o.zero, zero_ranks=ranks)
+                 for g in set(c.stage_groups)}
 
-    def _most_layers(g: int, tp: int, cp: int, pp: int, dp: int, b: int, sp: bool, zero: int, ranks: int,
-                     first: bool, last: bool, in_flight: float) -> int:
-        """nmax of the module docstring for a stage on group g (at most L)."""
-        every, logits, state, ckpt = micro_batch_lower_bound_terms(
-            inst, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=b, sp=sp, zero=zero, zero_ranks=ranks)
-        # as build: the first stage's entry holds the output layer too on a one-stage pipeline
-        embedding = (memory.embedding_state_bytes(inst.model, tp, zero, ranks, first, last, layout)
-                     if first or last else 0.0)
-        return layers_within(every + embedding + (logits if last else 0.0), state + in_flight * ckpt,
-                             capacity[g], L)
+        def most(g: int, first: bool, last: bool, in_flight: float) -> int:
+            every, logits, state, ckpt = terms[g]
+            base = every
+            if first or last:  # as build: a one-stage pipeline's entry holds the output layer too
+                ek = ("embedding", o.tp_of(g), o.zero, ranks, first, last)
+                emb = known.get(ek)
+                if emb is None:
+                    emb = known[ek] = memory.embedding_state_bytes(inst.model, ek[1], o.zero, ranks, first, last,
+                                                                   layout)
+                base += emb
+            if last:
+                base += logits
+            return layers_within(base, state + in_flight * ckpt, capacity[g], L)
+        return most
 
-    def refused(o, c, co, ranks: int) -> bool:
-        def held(g: int, first: bool, last: bool, in_flight: float) -> int:
-            return most_layers(g, o.tp_of(g), o.cp, c.pp, c.replicas, o.micro_batch, o.sequence_parallel, o.zero,
-                               ranks, first, last, in_flight)
+    def refused(o, c, m: int, ranks: int) -> bool:
+        held = stage_most(o, c, ranks)
         if o.embedding_in_split or o.loss_in_split:
             # an end stage's short chunk can hold up to a layer's stashed activations less
             # (cost/pipeline_split.slot_relief_bytes): the test before issue 33, one micro-batch
@@ -117,15 +127,20 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
         if o.zero_bubble is ZeroBubble.V:
             # ZBVZeroBubble's V: pp micro-batches on every stage, the output layer and logits on
             # the first stage (cost/zero_bubble.py), whose one embedding state LB counts
-            f = float(v_in_flight(c.pp, co.num_micro_batches)[0])
+            f = float(v_in_flight(c.pp, m)[0])
             most = [held(g, s == 0, s == 0, f) for s, g in enumerate(c.stage_groups)]
             return min(most) < 1 or sum(most) < L
-        fk = ("in flight", c.pp, co.num_micro_batches, o.virtual_stages)
-        flight = nmax.get(fk)
-        if flight is None:  # a few distinct per search (a numpy call each: kept with the caps)
-            flight = nmax[fk] = in_flight_micro_batches(c.pp, co.num_micro_batches, o.virtual_stages).tolist()
-        most = [held(g, s == 0, s == c.pp - 1, flight[s]) for s, g in enumerate(c.stage_groups)]
-        return min(most) < 1 or sum(most) < L
+        fk = ("in flight", c.pp, m, o.virtual_stages)
+        flight = known.get(fk)
+        if flight is None:  # a few distinct per search (a numpy call each: kept per instance)
+            flight = known[fk] = in_flight_micro_batches(c.pp, m, o.virtual_stages).tolist()
+        total, last = 0, c.pp - 1
+        for s, g in enumerate(c.stage_groups):
+            n = held(g, s == 0, s == last, flight[s])
+            if n < 1:
+                return True
+            total += n
+        return total < L
 
     # outers of one shape differ mostly in what this bound does not read (recompute mode): one
     # verdict per shape (declared_outers gives those outers one tuple object) and what it reads
@@ -137,7 +152,7 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
         hit = verdicts.get(key)
         if hit is None or hit[0] is not o.classes:
             ranks = sum(c.replicas for c in o.classes) * o.cp
-            hit = verdicts[key] = (o.classes, any(refused(o, c, co, ranks)
-                                                  for c, co in zip(o.classes, class_outers(inst.job, o))))
+            hit = verdicts[key] = (o.classes, any(refused(o, c, m, ranks)
+                                                  for c, m in zip(o.classes, _counts(inst.job, o))))
         out[j] = hit[1]
     return out
