@@ -95,7 +95,7 @@ from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
 from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
-from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, stage_families
+from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, StageFamily, stage_families
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
                                    partial_rank, replica_partial, stage_partial,
                                    micro_batch_vectors, paired_counts, summarize, summarize_partials)
@@ -870,6 +870,7 @@ class _Partials:
     ranks: list[int] = dataclasses.field(default_factory=list)  # Partial.rank of each
     families: list = dataclasses.field(default_factory=list)  # StageFamily, not yet set up
     family_bounds: list[float] = dataclasses.field(default_factory=list)
+    rough: set = dataclasses.field(default_factory=set)  # the families keyed below their bound (first_key)
     lst: object = None  # the listing the families' partial layouts share (space._Listing)
     fb: FamilyBounds | None = None
     ob: object = None  # option_families.OptionBounds, where the options' families are deferred
@@ -911,9 +912,22 @@ class _Partials:
             out.families = (stage_families(inst, [d for d in deferred if d not in mine])
                             + option_families.option_families(inst, mine))
             out.ob = option_families.OptionBounds(out.fb)
-            out.family_bounds = [0.0 if time.perf_counter() > deadline else out.family_key(f)
-                                 for f in range(len(out.families))]
+            keys = [(0.0, False) if time.perf_counter() > deadline else out.first_key(f)
+                    for f in range(len(out.families))]
+            out.family_bounds = [lb for lb, _ in keys]
+            out.rough = {f for f, (_, rough) in enumerate(keys) if rough}
         return out
+
+    def first_key(self, f: int) -> tuple[float, bool]:
+        """Family f's first key, and whether it is less than its key (family_key): a stage
+        family's bound without its slowest stage with forced recompute where its key reads
+        that (FamilyBounds.rough_bound), its key read when it comes up (_Search._open_family),
+        lowered by FAMILY_MARGIN as family_key's."""
+        fam = self.families[f]
+        if not isinstance(fam, (StageFamily, ReplicaFamily)):
+            return self.family_key(f), False
+        lb, rough = self.fb.rough_bound(fam)
+        return lb * (1 - FAMILY_MARGIN), rough
 
     def family_key(self, f: int) -> float:
         """Family f's key: its bound (solver/bounds/stage_families.py, option_families.py)
@@ -1084,6 +1098,7 @@ class _Family(_Node):
     key: tuple[float, int, int]
     weight: int = 0
     late: bool = False  # not bounded by the floors' deadline: keyed 0 (_Search._key_late)
+    rough: bool = False  # keyed below its bound (_Partials.first_key): read when it comes up
 
     def tighten(self, s: _Search) -> float:
         """Its key, read now (where it was late)."""
@@ -1250,8 +1265,8 @@ class _Search:
         nodes = [_Partial(i, (lb * (1 - PARTIAL_MARGIN), -1, -1), lazy.sizes[i])
                  for i, lb in enumerate(lazy.bounds.tolist()) if math.isfinite(lb)]
         # a family keyed 0 was not bounded by the floors' deadline (_Partials.of): late
-        nodes += [_Family(f, (lb, -1, -1), late=lb == 0.0) for f, lb in enumerate(lazy.family_bounds)
-                  if math.isfinite(lb)]
+        nodes += [_Family(f, (lb, -1, -1), late=lb == 0.0, rough=f in lazy.rough)
+                  for f, lb in enumerate(lazy.family_bounds) if math.isfinite(lb)]
         return nodes
 
     def _pipelines(self) -> list[_Pipeline]:
@@ -1311,7 +1326,7 @@ class _Search:
                 x.key, x.late = (max(x.key[0], lb), -1, -1), lb == 0.0
         for x in nodes:
             if isinstance(x, _Family) and time.perf_counter() < until:
-                x.key, x.late = (x.tighten(self), -1, -1), False
+                x.key, x.late, x.rough = (x.tighten(self), -1, -1), False, False
         return nodes
 
     def can_win(self, key, lb: float | None = None) -> bool:
@@ -1468,6 +1483,11 @@ class _Search:
         (CHOICES_AT_ONCE, while they can win) set up into partial layouts: the nodes to push."""
         lazy, bound_wins = self.lazy, (lambda lb: self.can_win((lb, -1, -1)))
         if isinstance(first, _Family):
+            if first.rough:  # keyed below its bound (_Partials.first_key): pushed back where that raises it
+                was, first.rough = first.key[0], False
+                first.key = (max(was, first.tighten(self)), -1, -1)
+                if first.key[0] > was:
+                    return self._kept([first])
             return lazy.open_family(first.index, bound_wins)
         got = [first]
         while (self.heap and len(got) < CHOICES_AT_ONCE and isinstance(self.heap[0][2], _Choice)

@@ -58,14 +58,17 @@ WINDOW_LEVELS = 24
 
 
 def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
-                 caps: np.ndarray | None = None) -> np.ndarray:
+                 caps: np.ndarray | None = None, cutoff: np.ndarray | None = None) -> np.ndarray:
     """Row by row, J of the module docstring for a pipeline whose stages come in kinds: kind j
     of a row is count[j] identical stages of stage term a[j] and layer floor t[j] (a, t, count:
     (N, K), t > 0; a kind of count 0 is absent), m: (N,) micro-batches (>= 1), caps: (N, K)
     the most layers a stage of the kind holds, or None. Identical stages share one list of
     levels and take the same room at each, so a row costs K x L levels of K kinds, not pp x L
     of pp stages (26 stages of 8 groups: 9 kinds). inf where no split fits (a stage's cap below
-    one, or the caps' sum below `layers`) or a present kind's floor is not finite."""
+    one, or the caps' sum below `layers`) or a present kind's floor is not finite. `cutoff`
+    (N,), where given: a row whose J is at least its cutoff (up to LEVEL_SKIP_REL) may return any
+    value at least that (_block skips the levels whose bound passes it; fill_drain_sync_s), J
+    itself below it."""
     a, t = np.asarray(a, float), np.asarray(t, float)
     count = np.asarray(count, float)
     N, K = t.shape
@@ -82,6 +85,7 @@ def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m
     ok &= (cap * count).sum(1) >= layers
     rows = np.flatnonzero(ok)
     m = np.broadcast_to(np.asarray(m, float), (N,))
+    cut = np.full(N, np.inf) if cutoff is None else np.asarray(cutoff, float)
     if K * K * min(most, WINDOW_LEVELS) > BLOCK_FLOATS:
         # one row's levels alone exceed the block: 0, a lower bound of any J (every stage's time
         # is >= 0), rather than an allocation that grows as K^2 (callers group stages into kinds)
@@ -90,17 +94,19 @@ def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m
     per = max(1, BLOCK_FLOATS // (K * K * min(most, WINDOW_LEVELS)))
     for start in range(0, len(rows), per):
         r = rows[start:start + per]
-        out[r] = _block(a[r], t[r], count[r], cap[r], layers, m[r], most)
+        out[r] = _block(a[r], t[r], count[r], cap[r], layers, m[r], most, cut[r])
     return out
 
 
-def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
+def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.ndarray:
     """fill_drain_s of rows that fit, over WINDOW_LEVELS levels per kind from the least level
     a split can have (below it no split fits: each stage holds a layer, and kind j's stages
     hold at most (Z - a_j) / t_j layers each, so Z >= max_j (a_j + t_j) and
     Z >= (L + sum_j c_j a_j / t_j) / sum_j c_j / t_j); every level past the window is at least
     the least first level past it, Z_top, where (m - 1) Z + G(Z) >= (m - 1) Z_top + G(inf)
-    (G falls with Z): that is the rest's bound. Exact where the window's least is below it."""
+    (G falls with Z): that is the rest's bound. Exact where the window's least is below it
+    and below the row's `cut` (fill_drain_s' cutoff: a level whose bound passes it is not read,
+    so a row whose least is at least its cut returns a value at least its cut)."""
     N, K = t.shape
     live = count > 0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -130,7 +136,8 @@ def _block(a, t, count, cap, layers: int, m, most: int) -> np.ndarray:
     for c0 in range(0, Z.shape[1], LEVELS_AT_ONCE):
         cols = slice(c0, c0 + LEVELS_AT_ONCE)
         with np.errstate(invalid="ignore"):  # inf - inf where no bound yet: read
-            todo = np.isfinite(Z[:, cols]) & ~(low[:, cols] - best[:, None] > LEVEL_SKIP_REL * np.abs(best[:, None]))
+            todo = (np.isfinite(Z[:, cols]) & ~(low[:, cols] - best[:, None] > LEVEL_SKIP_REL * np.abs(best[:, None]))
+                    & ~(low[:, cols] > cut[:, None]))
         r, c = np.nonzero(todo)
         if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
             break
@@ -183,6 +190,10 @@ def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
 SYNC_WINDOW_LEVELS = 12
 # sync levels read per row at once, least first (fill_drain_sync_s stops at the least F so far)
 SYNC_LEVELS_AT_ONCE = 4
+# relative margin above the least F so far past which fill_drain_sync_s reads a level's pipeline
+# term no further (fill_drain_s' cutoff): far above the float rounding of J and F (~1e-15), so
+# a level cut there would not have lowered the least
+SYNC_CUT_REL = 1e-9
 # a stage's layers at a sync level are counted with this much room (a count one too high only
 # lowers the bound): the level and the configuration's own sync are the same sum d + n g, but
 # need not round alike
@@ -262,11 +273,15 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
         if not len(r):
             break
         w = cols[r, c]
+        # a level whose pipeline term cannot bring F below the least so far need not be read
+        # exactly (fill_drain_s' cutoff): J >= cutoff gives F >= best (1 + SYNC_CUT_REL) - ~1e-15
+        # best > best, and a J below it is exact, so `best` and the result are the same floats
+        cutoff = (best[r] * (1 + SYNC_CUT_REL) - w) * v[r]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             held = np.where(g[r] > 0, np.floor((w[:, None] * (1 + SYNC_ROOM) - d[r]) / g[r] + SYNC_ROOM),
                             np.where(d[r] <= w[:, None] * (1 + SYNC_ROOM), most, 0.0))
         held = np.nan_to_num(np.clip(held, 0.0, cap[r]), nan=0.0, posinf=0.0)
-        F = w + fill_drain_s(a[r], t[r], count[r], layers, m[r], held) / v[r]
+        F = w + fill_drain_s(a[r], t[r], count[r], layers, m[r], held, cutoff) / v[r]
         np.minimum.at(best, r, F)
     out[rows] = best
     return out

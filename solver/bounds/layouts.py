@@ -388,41 +388,29 @@ def _pair_bounds(best: np.ndarray, factor: np.ndarray, kept: list, items: list, 
                  L: int, agg: str, weights, per_mode: dict | None, ceiling_s: float = math.inf) -> None:
     """_pp_bounds' (ZeRO stage, v) pairs, every pair's rows at once: lowers `best` (in place; per
     block and scenario, in units of the block's least `factor`) to each pair's bound, and keeps
-    each pair's own bound in `per_mode` where given. A pair whose bound without the joint reading
-    is above `ceiling_s` (the search's bar) is not raised by it: the joint reading only raises,
-    so that pair cannot win either way, and the search skips the configurations of a pair above
-    its bar (per_mode) and prunes a layout whose least pair is (issue 33: the joint reading of
-    every pair was 3-6 s of the 4 x 16 row's CPU)."""
+    each pair's own bound in `per_mode` where given. A pair's readings only raise its bound, so
+    they are taken cheapest first and a pair past `ceiling_s` (the search's bar) after one reads
+    no more (_open_rows): it cannot win either way, the search skips the configurations of a
+    pair past its bar (per_mode) and prunes a layout whose least pair is, and the bound it
+    keeps, at most its full one, still bounds them. First its bound without syncs (kept at
+    set-up), then with its least sync split in layers (_sync_rows), then in chunks of v, then
+    the joint reading (issue 33: the joint reading of every pair was 3-6 s of the 4 x 16 row's
+    CPU; of its 20,958 pairs read, 5,088 lie past the bar without syncs, 14,934 with the syncs
+    in layers, so 6,024 read chunks). A pair that reads them all gets the floats it got read
+    alone (each reading is row by row)."""
     blk = np.array([k for _, _, rows in pairs for k in rows], np.int64)
     vs = [v for v, _, rows in pairs for _ in rows]
     zs = [z for _, z, rows in pairs for _ in rows]
-    D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(blk.tolist(), zs, vs)]),
-                          np.stack([items[k][5][z, v][1] for k, z, v in zip(blk.tolist(), zs, vs)]),
-                          np.array([v in items[k][6] for k, v in zip(blk.tolist(), vs)], bool), L)
-    # each of D, A and S the larger of its readings in layers and in chunks of v (_chunk_syncs,
-    # _chunk_terms): both bound each configuration of the pair
-    D = np.maximum(D, _chunk_syncs(items, blk, zs, vs, L))
-    A = np.stack([kept[k][0] for k in blk.tolist()])
-    S = np.stack([kept[k][1] for k in blk.tolist()])
-    for v in set(vs):
-        rows = np.flatnonzero(np.array(vs) == v)
-        ks = blk[rows].tolist()
-        Av, Sv = _chunk_terms(np.stack([kept[k][4] for k in ks]), np.stack([kept[k][5] for k in ks]), L, v,
-                              [_slot_modes(items[k][1].tally.vslots, v) for k in ks])
-        A[rows], S[rows] = np.maximum(A[rows], Av), np.maximum(S[rows], Sv)
-    bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in blk.tolist()]),
-                   _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in blk.tolist()]),
-                   _column(vs), False) * (1 - TIE_MARGIN)
     zero = np.zeros(n)
     # relaxed_s of A and S, and fill_drain's J / v (0 where not read), kept per v of each block
     b = np.stack([kept[k][3][v][0] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
     fd = np.stack([kept[k][3][v][1] if v in kept[k][3] else zero for k, v in zip(blk.tolist(), vs)])
-    bz = np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
     # the configurations of ZeRO stage z take its factor, at least the block's least
     fz = np.array([kept[k][2][z] for k, z in zip(blk.tolist(), zs)])
+    w = np.asarray(weights, float)
+    bz = _read_syncs(kept, items, blk, zs, vs, b, fd, fz, pp, L, agg, w, ceiling_s)
     # the pipeline and its slowest sync read together where fill_drain is read (_joint_rows),
     # on the pairs that can still win
-    w = np.asarray(weights, float)
     below = (bz.max(-1) if agg == "max" else bz @ w) * fz <= ceiling_s
     bz = np.maximum(bz, _joint_rows(items, kept, blk, zs, vs, (fd > 0) & below[:, None], pp, L, fd))
     np.minimum.at(best, blk, bz * (fz / factor[blk])[:, None])
@@ -434,6 +422,63 @@ def _pair_bounds(best: np.ndarray, factor: np.ndarray, kept: list, items: list, 
             for k, lb in zip(rows, lbz.tolist()):
                 per_mode[items[k][0], z, v] = lb
             at += len(rows)
+
+
+def _read_syncs(kept: list, items: list, blk: np.ndarray, zs: list, vs: list, b: np.ndarray, fd: np.ndarray,
+                fz: np.ndarray, pp: int, L: int, agg: str, w: np.ndarray, ceiling_s: float) -> np.ndarray:
+    """_pair_bounds' rows (block blk[r], ZeRO stage zs[r], v vs[r]; kept bound without syncs
+    b, fill_drain's fd, factor fz) raised by their syncs, cheapest reading first: those that
+    may still reach `ceiling_s` by b (_open_rows) read their least sync split in layers
+    (_sync_rows), and of those the ones that still may read it and A and S in chunks of v."""
+    bz = b.copy()
+    open_ = _open_rows(bz, fz, agg, w, ceiling_s)
+    if not len(open_):
+        return bz
+    ks, zo, vo = blk[open_], [zs[r] for r in open_.tolist()], [vs[r] for r in open_.tolist()]
+    D = _least_sync_split(np.stack([items[k][5][z, v][0] for k, z, v in zip(ks.tolist(), zo, vo)]),
+                          np.stack([items[k][5][z, v][1] for k, z, v in zip(ks.tolist(), zo, vo)]),
+                          np.array([v in items[k][6] for k, v in zip(ks.tolist(), vo)], bool), L)
+    bz[open_] = _sync_rows(kept, items, ks, vo, D, b[open_], fd[open_], pp, L, False)
+    keep = _open_rows(bz[open_], fz[open_], agg, w, ceiling_s, np.arange(len(open_)))
+    chunked = open_[keep]
+    if len(chunked):
+        # each of D, A and S the larger of its readings in layers and in chunks of v
+        # (_chunk_syncs, _chunk_terms): both bound each configuration of the pair
+        ks, zc, vc = blk[chunked], [zs[r] for r in chunked.tolist()], [vs[r] for r in chunked.tolist()]
+        Dc = np.maximum(D[keep], _chunk_syncs(items, ks, zc, vc, L))
+        bz[chunked] = _sync_rows(kept, items, ks, vc, Dc, b[chunked], fd[chunked], pp, L, True)
+    return bz
+
+
+def _open_rows(bz: np.ndarray, fz: np.ndarray, agg: str, w: np.ndarray, ceiling_s: float,
+               rows: np.ndarray | None = None) -> np.ndarray:
+    """The rows (of `rows`, or all) of pair bounds `bz` (rows, scenarios; times factor `fz`
+    once aggregated) that may still reach `ceiling_s` (_live: up to LIVE_SLACK, so that a row
+    cut here stays past the bar when _pair_bounds aggregates it again, in another shape)."""
+    lb = (bz.max(-1) if agg == "max" else bz @ w) * fz
+    got = np.array([_live(x, ceiling_s) for x in lb.tolist()], bool)
+    return np.flatnonzero(got) if rows is None else rows[got]
+
+
+def _sync_rows(kept: list, items: list, ks: np.ndarray, vs: list, D: np.ndarray, b: np.ndarray,
+               fd: np.ndarray, pp: int, L: int, chunks: bool) -> np.ndarray:
+    """(rows, scenarios): per row of _pair_bounds (block ks[r], v vs[r], its slowest sync's
+    least split D, kept bound without syncs b and fill_drain's fd), relaxed_s of the block's
+    kept A and S (raised by their readings in chunks of v where `chunks`) with D, and fd + D
+    where fd is read, lowered by TIE_MARGIN; at least b."""
+    A = np.stack([kept[k][0] for k in ks.tolist()])
+    S = np.stack([kept[k][1] for k in ks.tolist()])
+    if chunks:
+        for v in set(vs):
+            rows = np.flatnonzero(np.array(vs) == v)
+            kv = ks[rows].tolist()
+            Av, Sv = _chunk_terms(np.stack([kept[k][4] for k in kv]), np.stack([kept[k][5] for k in kv]), L, v,
+                                  [_slot_modes(items[k][1].tally.vslots, v) for k in kv])
+            A[rows], S[rows] = np.maximum(A[rows], Av), np.maximum(S[rows], Sv)
+    bz = relaxed_s(A[:, :, None], S[:, :, None], D[:, :, None], _column([items[k][3] for k in ks.tolist()]),
+                   _column([float(pp) if v > 1 else 1.0 for v in vs]), _column([items[k][4] for k in ks.tolist()]),
+                   _column(vs), False) * (1 - TIE_MARGIN)
+    return np.maximum(b, np.maximum(bz, np.where(fd > 0, fd + D * (1 - TIE_MARGIN), 0.0)))
 
 
 def _column(values) -> np.ndarray:

@@ -426,6 +426,21 @@ class FamilyBounds:
             picks.append(opts[i])
         return tuple(c for group in reversed(picks) for c in group)
 
+    def rough_bound(self, fam) -> tuple[float, bool]:
+        """(at most family_bound, whether it may be less): where family_bound reads a stage
+        family's tp choices (_combos), the least of its choices' bounds without their slowest
+        stage with forced recompute and without class_memory's refusals (_combos' `recompute`,
+        `refusals`), each at most the choice's own (_combos' `least`: every term grows with the
+        slowest stage, float rounding included; a refusal only makes a choice's bound inf), so
+        at most the family's bound; elsewhere family_bound itself (False). The search keys its
+        families by it and reads family_bound only for those that come up (search._Family.rough;
+        issue 33: the 4 x 16 row keyed 396 stage families, 1.0 s of CPU, 0.1 s of it without
+        their slowest stages, and opened 77)."""
+        if isinstance(fam, ReplicaFamily) or not self.inst.search.idle_gpus and self.v_max < 2:
+            return self.family_bound(fam), False
+        _, bounds, _ = self._combos(fam, recompute=False, refusals=False)
+        return (float(bounds.min()), True) if bounds.size else (float("inf"), False)
+
     def bound(self, fam: StageFamily) -> float:
         """A bound of every tp choice of the family: at v = 1 only and without idle GPUs,
         fill_drain_family (each group at any of its tp values, read without listing the
@@ -475,7 +490,7 @@ class FamilyBounds:
         return index, bound
 
     def _combos(self, fam: StageFamily, least: bool = False, only: np.ndarray | None = None,
-                recompute: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+                recompute: bool = True, refusals: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None]:
         """combos, and the terms fill_drain_choices reads: (z at v = 1, z's least at v > 1,
         the choices' stages per group (choices, groups), floors (choices, groups, mbs,
         scenarios), whether each (choice, mb) holds a configuration, the quantile factor).
@@ -487,7 +502,8 @@ class FamilyBounds:
         up to 16 choices each, and opened 77; the term read one choice at a time is the same
         float, stage_recompute's memo keeps it per choice). `only`: the choices at these
         positions of the family's grid alone, without the slowest stage with forced
-        recompute where not `recompute` (joint_keys)."""
+        recompute where not `recompute` (joint_keys), and without class_memory's refusals
+        where not `refusals` (rough_bound: a refused choice's bound is inf)."""
         inst = self.inst
         s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
         sizes = [len(v) for v in self._group_tps(fam)]
@@ -527,7 +543,8 @@ class FamilyBounds:
         # no replica without a micro-batch, nor a split of the batch that leaves some over (the
         # lone class runs M / dp: space.has_micro_batch_split); 0 x inf (floors of no plan) is
         # no bound either
-        ok &= ~self._stage_refused(fam, grid, stages)
+        if refusals:
+            ok &= ~self._stage_refused(fam, grid, stages)
         factor = self.factor(fam.used, fam.cp, _depths(fam))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
