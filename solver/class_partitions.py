@@ -368,9 +368,102 @@ class OuterChoices:
                 kept[x].append(j + 1)
         if math.prod(len(v) for v in kept.values()) > GRID_CAP:
             return self.root_key
-        _, _, fits, quick, megatron = self._grid(kept, store, cut)
-        alive = fits & ~megatron
-        return float(quick[alive].min()) if alive.any() else math.inf
+        if any(self.meg[si, k].layer_drain_saving_s.size for si in range(len(self.scenarios))
+               for k in range(len(self.o.classes))):
+            _, _, fits, quick, megatron = self._grid(kept, store, cut)  # (_grid_least: its floors)
+            alive = fits & ~megatron
+            return float(quick[alive].min()) if alive.any() else math.inf
+        return self._grid_least(kept, store, cut)
+
+    def _grid_least(self, kept: dict, store: dict, cut: float) -> float:
+        """The least of _grid's bound over its combinations that may fit, all-Megatron's left
+        out (inf where none; where it is above `cut`, some value above it), each class's terms
+        read only for the combinations that can hold it. Each class's picks are first keyed by
+        floors of their terms (_pick_floors: at most each pick's), combined as _grid combines
+        terms (batched.relaxed_s is non-decreasing in every A, S and D: raising one raises
+        the least Z of its bound, which reads each Z - D - S_k / v >= 0); then, in rounds, the
+        lowest combinations not read yet have their classes' own terms read (_class_terms,
+        and for a lone class one_class.coupled_above as _grid reads it), until none left unread
+        is keyed at most the least read (nor at most `cut`): each of those is at least its key,
+        so the least read is _grid's least. On the three-type, two-site row the re-key's grids
+        held 1,000-3,800 picks of one class, every one read before."""
+        K = len(self.o.classes)
+        members, picks, grid, dead = self._picks_grid(kept)  # dead: all-Megatron, then unfit
+        terms = [self._pick_floors(k, members[k], kept, picks[k], store) for k in range(K)]
+        read = [np.zeros(len(pk), bool) for pk in picks]
+        coupled = self._coupled_reads()
+        batch, checked = 16, np.zeros(len(grid), bool)  # checked: coupled_above read
+        while True:
+            dead |= ~np.all([terms[k][3][grid[:, k]] for k in range(K)], axis=0)
+            value = np.where(dead, np.inf, self._combination_bounds(
+                [tuple(x[grid[:, k]] for x in terms[k][:3]) for k in range(K)]))
+            done = np.all([read[k][grid[:, k]] for k in range(K)], axis=0)
+            # a row's value is its own once read and, for a lone class at most `cut`, checked
+            final = done & (checked | (value > cut)) if coupled else done
+            best = float(value[final].min()) if final.any() else math.inf
+            todo = np.flatnonzero(~final & (value <= min(best, cut)))
+            if not len(todo):
+                alive = value[~dead]
+                return best if best <= cut or not len(alive) else float(alive.min())
+            if len(todo) > batch:
+                todo = todo[np.argpartition(value[todo], batch)[:batch]]
+            batch *= 2
+            check = todo[done[todo]]  # read: K = 1, grid row = pick row
+            if len(check):
+                dead[check[self._coupled_out(members[0], kept, picks[0][check], store,
+                                             tuple(x[check] for x in terms[0][:3]), cut)]] = True
+                checked[check] = True
+            for k in range(K):
+                self._read_picks(k, members[k], kept, picks[k], store, terms[k], read[k], grid[todo, k])
+
+    def _read_picks(self, k: int, members: list, kept: dict, picks: np.ndarray, store: dict, terms: tuple,
+                    read: np.ndarray, rows: np.ndarray) -> None:
+        """Class k's own terms (_class_terms) of its picks at `rows` not read yet, written over
+        their floors in `terms` (_grid_least), marked in `read`."""
+        new = np.unique(rows)
+        new = new[~read[new]]
+        if len(new):
+            got = self._class_terms(k, members, kept, picks[new], store, self.meg)
+            for mine, x in zip(terms, got):
+                mine[new] = x
+            read[new] = True
+
+    def _pick_floors(self, k: int, members: list, kept: dict, picks: np.ndarray, store: dict) -> tuple:
+        """(A, S, D, fits) of _class_terms at most those of each of class k's `picks`, read on
+        fewer rows: per pair of its choices (per choice where it has two), every pair of their
+        entries with every other choice at the elementwise minimum of its entries' coefficients
+        (below each of them: tight_class_terms is non-decreasing in every array, as the buckets'
+        bounds read), so each term is at most the pick's at those entries; a pick's floors are
+        the largest over its pairs, and it may fit only where each pair's may (writable)."""
+        S, n = len(self.scenarios), len(members)
+        temp, tkept = dict(store), dict(kept)
+        for x in members:
+            low = [self.meg[si, k] for si in range(S)]
+            for j in kept[x][1:]:
+                low = [elementwise_min(a, b) for a, b in zip(low, store[x[0], x[1], j])]
+            temp[x[0], x[1], "floor"] = low
+            tkept[x] = list(kept[x]) + ["floor"]
+        if n <= 1:
+            return tuple(t.copy() for t in self._class_terms(k, members, kept, picks, store, self.meg))
+        floor = np.array([len(kept[y]) for y in members])  # each choice's "floor" position
+        pairs = [list(c) for c in itertools.combinations(range(n), min(2, n - 1))]
+        blocks = []  # per pair: its rows (every pair of its entries, the others at "floor")
+        for cols in pairs:
+            own = np.array(list(itertools.product(*(range(len(kept[members[c]])) for c in cols))), int)
+            rows = np.repeat(floor[None, :], len(own), 0)
+            rows[:, cols] = own
+            blocks.append(rows)
+        # one read for every pair (each read of _class_terms costs as much as some hundred rows)
+        a, sm, d, f = self._class_terms(k, members, tkept, np.concatenate(blocks), temp, self.meg)
+        A = np.full((len(picks), S), -np.inf)
+        Sm, D, fits = A.copy(), A.copy(), np.ones(len(picks), bool)
+        start = 0
+        for cols, rows in zip(pairs, blocks):
+            at = start + np.ravel_multi_index(tuple(picks[:, c] for c in cols), [len(kept[members[c]]) for c in cols])
+            A, Sm, D = np.maximum(A, a[at]), np.maximum(Sm, sm[at]), np.maximum(D, d[at])
+            fits &= f[at]
+            start += len(rows)
+        return A, Sm, D, fits
 
     def _kept_groups(self, x, cut: float) -> list:
         """(group position, coefficients per scenario) of the groups of choice x's plans by
@@ -623,13 +716,9 @@ class OuterChoices:
         stage and sync, _coupled_out), and whether it is all-Megatron. `linked`: the combinations
         that can still win read again with each class's slowest stage over its buckets' plans
         (_linked_terms)."""
-        K, keys = len(self.o.classes), self.keys
-        members = [[x for x in keys if x[0] == k] for k in range(K)]
-        picks = [np.array(list(itertools.product(*(range(len(kept[x])) for x in members[k]))), int)
-                 .reshape(-1, len(members[k])) for k in range(K)]
+        K = len(self.o.classes)
+        members, picks, grid, megatron = self._picks_grid(kept)
         terms = [self._class_terms(k, members[k], kept, picks[k], store, self.meg) for k in range(K)]
-        grid = np.stack(np.meshgrid(*[np.arange(len(x)) for x in picks], indexing="ij"), -1).reshape(-1, K)
-        megatron = np.all([(picks[k] == 0).all(1)[grid[:, k]] for k in range(K)], axis=0)
 
         def bounded():
             fits = np.all([terms[k][3][grid[:, k]] for k in range(K)], axis=0)
@@ -642,8 +731,7 @@ class OuterChoices:
                 if len(rows):
                     terms[k] = self._linked_terms(k, members[k], kept, picks[k], terms[k], rows, store)
             fits, quick = bounded()
-        p = self.problem
-        if p.classes == 1 and (p.objective == "max" or len(self.scenarios) == 1):
+        if self._coupled_reads():
             rows = np.flatnonzero(fits & ~megatron & (quick <= cut))  # K = 1: grid row = pick row
             if len(rows):
                 out = self._coupled_out(members[0], kept, picks[0][rows], store,
@@ -651,6 +739,24 @@ class OuterChoices:
                 quick = quick.copy()
                 quick[rows[out]] = np.inf
         return grid, picks, fits, quick, megatron
+
+    def _picks_grid(self, kept: dict) -> tuple:
+        """(members, picks, grid, megatron) of the combinations of the entries kept[x] of each
+        choice x: each class's choices, its picks (rows of positions in kept, in its choices'
+        order), the combinations (rows of one pick per class) and which is all-Megatron."""
+        K = len(self.o.classes)
+        members = [[x for x in self.keys if x[0] == k] for k in range(K)]
+        picks = [np.array(list(itertools.product(*(range(len(kept[x])) for x in members[k]))), int)
+                 .reshape(-1, len(members[k])) for k in range(K)]
+        grid = np.stack(np.meshgrid(*[np.arange(len(x)) for x in picks], indexing="ij"), -1).reshape(-1, K)
+        megatron = np.all([(picks[k] == 0).all(1)[grid[:, k]] for k in range(K)], axis=0)
+        return members, picks, grid, megatron
+
+    def _coupled_reads(self) -> bool:
+        """Whether a combination's bound may be read again by one_class.coupled_above (_grid):
+        a lone class, each scenario's time at most the objective."""
+        p = self.problem
+        return p.classes == 1 and (p.objective == "max" or len(self.scenarios) == 1)
 
     def _bounded(self, k: int, g: int, coeffs: list, cut: float) -> np.ndarray:
         """Which of `coeffs` (each per scenario, class k with group g's stages priced by one
