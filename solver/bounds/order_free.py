@@ -50,10 +50,13 @@ as the memory bound reads it (t_s + u_s where u_s < 0, else t_s),
     B(o) = agg over scenarios of pipeline_sync_bounds_s(those arrays) x (1 - PRICED_SAFETY)
            x the quantile factor (trust.objective_factors: the GPU types used, ZeRO, cp and
            the depth, the same in every order) x (1 - ORDER_FREE_SAFETY)
-is at most the joint reading (_lone_joint_s) of every o' (exactly so where the joint reading
-is exact; a bound of each o''s least value over its splits always), hence at most the bound
-that reads memory of every o' (the larger of its terms apart and that joint reading), at most
-its value: min over the orders of unpriced_memory's bound >= B(o).
+is at most the joint reading (_lone_joint_s) of every o', hence at most the bound that reads
+memory of every o' (the larger of its terms apart and that joint reading): min over the
+orders of unpriced_memory's bound >= B(o). That holds where the joint reading is exact (a
+pipeline of at most fill_drain.WINDOW_LEVELS levels per kind of stage, as in the tests);
+past its windows the joint reading is a bound of its arrays' least, and B is still at most
+the least over the splits of the arrays above, so at most every o''s least and its value:
+what the search prunes by.
 
 The stages' least hand-offs need not come from one order: their sum is at most the least
 total over the orders, H = 2 min over paths f -> (the middle groups in some order) -> l of
