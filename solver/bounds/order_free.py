@@ -102,9 +102,12 @@ from paraplan.solver.bounds.unpriced_memory import aggregate_s, applies, lone_cl
 # (module docstring), far below the tie tolerance planner.REL_TOL (1e-9)
 ORDER_FREE_SAFETY = 1e-12
 # the fewest groups a pipeline runs through for the search to read B before listing its orders:
-# B stands for the (k - 2)! orders of one first and last group, so below 5 groups (2 orders
-# or 1) it saves less than it costs; tests lower it to check B on three and four groups
-ORDER_FREE_GROUPS = 5
+# B stands for the (k - 2)! orders of one first and last group, and reading it costs about what
+# the bound that reads memory costs per configuration, so it pays only where those are many.
+# Measured (issue 33): from 4 groups on, the 4 types x 16 nodes row took 56.5 s of CPU, not
+# 10.7 (B read for layouts of 2 orders each); the 8 x 8 row took 26.1-27.3 s from 5 or 6 on
+# (its layouts through 6 and 7 groups are what B settles). Tests lower it to three.
+ORDER_FREE_GROUPS = 6
 
 
 def reads(inst, o) -> bool:
