@@ -1560,8 +1560,9 @@ class _Search:
                 # with the syncs' to prune by when priced (the bar falls meanwhile)
                 free = self.order_free.of_block(key, blk, never)
                 for spec in blk.specs():
-                    sb = max(lazy.sync_bounds.get((*key, spec[1], spec[2]), -math.inf) if synced else -math.inf,
-                             free.get(spec, -math.inf))
+                    sb = lazy.sync_bounds.get((*key, spec[1], spec[2]), -math.inf) if synced else -math.inf
+                    if free:
+                        sb = max(sb, free.get(spec, -math.inf))
                     if sb > never:
                         self.unlisted += 1
                         self.res.pruned_by_bound += 1

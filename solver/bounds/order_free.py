@@ -237,8 +237,10 @@ class OrderFree:
     def of_block(self, key: tuple, blk, bar_s: float) -> dict:
         """{spec: B} of block `blk` (representative key `key`); {} where B is not read, or
         where the search has no bar `bar_s` yet for B to pass."""
+        if not self.on or math.isinf(bar_s) or len(blk.classes[0].stage_groups) < ORDER_FREE_GROUPS:
+            return {}
         groups = blk.classes[0].stage_groups
-        if not self.on or len(set(groups)) < ORDER_FREE_GROUPS or math.isinf(bar_s):
+        if len(set(groups)) < ORDER_FREE_GROUPS:
             return {}
         k = (key, groups[0])
         hit = self.kept.get(k)
