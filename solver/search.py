@@ -91,6 +91,7 @@ from paraplan.solver.bounds.batched import balanced_split_of, lower_bounds_s, ov
 from paraplan.solver.bounds.fill_drain import priced_bounds_s
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.bounds.unpriced_memory import memory_floor_bounds_s
+from paraplan.solver.bounds.order_free import OrderFree
 from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
@@ -1162,7 +1163,8 @@ class _Search:
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
         # of the outers listed from layouts that read their syncs (_Partial.tighten), the bound of
         # their block's configurations of their ZeRO stage and v: at most the outer's value
-        # lowered by fill_drain.TIE_MARGIN, read only to prune (_price_chunk), not as a key
+        # lowered by fill_drain.TIE_MARGIN, read only to prune (_price_chunk), not as a key; or
+        # the bound of every order of their middle groups (bounds/order_free.py), where larger
         self.sync_bound: dict[int, float] = {}
         self.listed_partials = 0
         # outers of the partial layouts listed that _list_layouts proved unable to win before
@@ -1173,6 +1175,9 @@ class _Search:
         # the layer plans' least syncs (bounds/plan_sync.py, under keys of its own), shared with the
         # stage-wise layouts' syncs (layouts._least_syncs), which read the same
         self.sync_memo = self.layer_memo
+        # the stage-wise layouts' bound of every order of their middle groups (_list_layouts)
+        self.order_free = OrderFree(inst, (self.idx, self.agg, self.weights), self.floor_memo, self.layer_memo,
+                                    on=not self.partitions)
         self.order = itertools.count()  # equal keys (a node and its first combination) pop node first
         self.heap: list[tuple] = []
         self.held: list[tuple] = []  # heap entries held until a plan is in hand (_hold_options)
@@ -1571,13 +1576,18 @@ class _Search:
                     at += blk.tally.outers
                     continue
                 synced = part.index in lazy.synced
+                # and the bound of every order of its middle groups (bounds/order_free.py), kept
+                # with the syncs' to prune by when priced (the bar falls meanwhile)
+                free = self.order_free.of_block(key, blk, never)
                 for spec in blk.specs():
-                    sb = lazy.sync_bounds.get((*key, spec[1], spec[2])) if synced else None
-                    if sb is not None and sb > never:
+                    sb = lazy.sync_bounds.get((*key, spec[1], spec[2]), -math.inf) if synced else -math.inf
+                    if free:
+                        sb = max(sb, free.get(spec, -math.inf))
+                    if sb > never:
                         self.unlisted += 1
                         self.res.pruned_by_bound += 1
                     else:
-                        if sb is not None:
+                        if sb > -math.inf:
                             self.sync_bound[len(outers)] = sb
                         outers.append(blk.outer(*spec))
                         raised.append(lb)

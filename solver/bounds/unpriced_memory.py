@@ -141,7 +141,7 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         b = relaxed_s(a, s, d, x, lo, m, v, False)  # (outers, scenarios): row by row, as one at a time
         if k == 1:
             apart[np.ix_(js, idx)] = b
-        out[js] = _aggregate(b, agg, weights) * factor[js]
+        out[js] = aggregate_s(b, agg, weights) * factor[js]
     if lone_rows:  # each scenario's pipeline and sync read together, where they can still matter
         _raise_lone_joint(inst, out, apart, lone_rows, idx, agg, weights, factor, ceiling_s, layer_memo)
     return out
@@ -202,10 +202,10 @@ def _raise_lone_joint(inst, out: np.ndarray, apart: np.ndarray, lone_rows: list,
             raised.update(js[r].tolist())
     if raised:
         js = sorted(raised)
-        out[js] = _aggregate(np.maximum(apart[np.ix_(js, idx)], joint[np.ix_(js, idx)]), agg, weights) * factor[js]
+        out[js] = aggregate_s(np.maximum(apart[np.ix_(js, idx)], joint[np.ix_(js, idx)]), agg, weights) * factor[js]
 
 
-def _aggregate(b: np.ndarray, agg: str, weights) -> np.ndarray:
+def aggregate_s(b: np.ndarray, agg: str, weights) -> np.ndarray:
     """Per row of b (outers, scenarios), its bound over the scenarios as the objective aggregates
     them: the worst ("max"), or the weighted sum (each scenario's bound is at most that
     scenario's time in the optimum)."""
@@ -213,6 +213,17 @@ def _aggregate(b: np.ndarray, agg: str, weights) -> np.ndarray:
         return b.max(-1)
     w = np.asarray(weights, float)
     return np.array([float(row @ w) for row in b])
+
+
+def lone_class_rows(inst, o, idx: list[int], memo: dict, layer_memo: dict) -> tuple:
+    """(the Outer its lone class is priced as, class_coefficients.class_outers; per scenario of
+    `idx`, _class_rows' (layers, arrays)) of outer `o` of one class: the arrays the module's
+    bound reads of it (solver/bounds/order_free.py reads them for every order of its middle
+    groups). `memo`, `layer_memo`: as memory_floor_bounds_s's."""
+    net = NetEfficiency()
+    slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
+    co = class_outers(inst.job, o)[0]
+    return co, _class_rows(inst, o, 0, co, idx, memo, layer_memo, net, slow, inst.search.memory_reserve_bytes)
 
 
 def _lone_joint_s(c: dict, layers: int, v: int, m: np.ndarray, allow_full_recompute: bool,
