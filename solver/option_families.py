@@ -438,28 +438,54 @@ class OptionBounds:
         and grows with B, so a profile read at its ways' most D and least B is read at most at
         each's bound; `ranks`: the ZeRO ranks of the layouts read (else the most the family's
         may have: every stage slot of its groups, times cp)."""
-        groups = self.inst.cluster.groups
-        most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
-        # keyed by the ranks read, not by whether they were asked: a layout at its family's most
-        # (_at_ranks: every slot a replica) reads its root's terms again
-        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, most, first)
+        key = self._rates_key(fam, g, ways, zeros, raised, ranks, first)
         got = self.ways.get(key)
         if got is None or got[0] is not ways:
-            terms: dict[int, tuple] = {}
-            out = []
-            for q in levels:
-                top, least = np.zeros((len(self.vs), len(self.fb.mbs), len(self.fb.idx))), None
-                for i in q.members:
-                    d, b = 0.0, 0.0
-                    for pp, r in ways[i][1]:
-                        if pp not in terms:
-                            terms[pp] = self._class_terms(fam, g, pp, tuple(zeros), most, raised, first)
-                        d, b = d + r * terms[pp][0], b + r * terms[pp][1]
-                    top = np.maximum(top, d)
-                    least = b if least is None else np.minimum(least, b)
-                out.append((top, least + 0.0 * top))
-            got = self.ways[key] = (ways, out)
+            got = self.ways[key] = (ways, [self._profile_rate(key, fam, g, ways, q, raised)
+                                           for q in levels])
         return got[1]
+
+    def _rates_key(self, fam: OptionFamily, g: int, ways: list[tuple], zeros: tuple, raised, ranks: int | None,
+                   first: bool) -> tuple:
+        """_rates' memo key: keyed by the ranks read, not by whether they were asked (a layout
+        at its family's most, _at_ranks: every slot a replica, reads its root's terms again)."""
+        groups = self.inst.cluster.groups
+        most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+        return ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, most, first)
+
+    def _rate_of(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
+                 ranks: int, i: int) -> tuple:
+        """_rates(...)[i] at `ranks`, reading only profile i's classes where the group's other
+        profiles were not read at those ranks (_at_ranks reads one profile per layout, at the
+        next power of two of its replicas: issue 33, every profile's classes read at each such
+        count took 40% of GPT-3 175B / 1,024 A100's search with classes_per_group 2)."""
+        key = self._rates_key(fam, g, ways, zeros, None, ranks, False)
+        got = self.ways.get(key)
+        if got is not None and got[0] is ways:
+            return got[1][i]
+        one = self.ways.get(("rate",) + key + (i,))
+        if one is None or one[0] is not ways:
+            one = self.ways[("rate",) + key + (i,)] = (ways, self._profile_rate(key, fam, g, ways, levels[i], None))
+        return one[1]
+
+    def _profile_rate(self, key: tuple, fam: OptionFamily, g: int, ways: list[tuple], q: _Profile, raised) -> tuple:
+        """(the most D, the least B) of profile q's ways (_rates), its classes' terms read once
+        per `key` (_rates_key) and stage count."""
+        terms = self.ways.get(("terms",) + key)
+        if terms is None or terms[0] is not ways:
+            terms = self.ways[("terms",) + key] = (ways, {})
+        terms = terms[1]
+        zeros, most, first = key[5], key[7], key[8]
+        top, least = np.zeros((len(self.vs), len(self.fb.mbs), len(self.fb.idx))), None
+        for i in q.members:
+            d, b = 0.0, 0.0
+            for pp, r in ways[i][1]:
+                if pp not in terms:
+                    terms[pp] = self._class_terms(fam, g, pp, zeros, most, raised, first)
+                d, b = d + r * terms[pp][0], b + r * terms[pp][1]
+            top = np.maximum(top, d)
+            least = b if least is None else np.minimum(least, b)
+        return top, least + 0.0 * top
 
     def _class_terms(self, fam: OptionFamily, g: int, pp: int, zeros: tuple, most: int, raised=None,
                      first: bool = False) -> tuple:
@@ -622,7 +648,7 @@ class OptionBounds:
         if node.stage is not None:  # the stage-wise class at those ranks too
             d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks)
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
-            rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
+            rate, bubble = self._rate_of(fam, g, ways, levels, node.zeros, ranks, picks[j])
             d, b = d + rate, b + bubble
         return float(self._bound(node, d, state[7], b, state[2], state[4], sync))
 
