@@ -86,7 +86,9 @@ stash).
 counts) are first keyed with their stage-wise class on the plain floors at every v (R = sum_g
 c_g / f_g, and A_lo >= S_lo / pp at v > 1); a root is read whole, with the memory its groups
 hold at each v, when it comes up (OptionBounds._whole) and put back at that key where it is
-higher. Each key is a bound of the root's layouts.
+higher. Each key is a bound of the root's layouts. A replica family's root, when its family is
+opened, reads the memory its classes' groups hold only at the v where its reading on the floors
+alone can still win (OptionBounds._root), the floors' terms at the others: each a bound at its v.
 
 **The bound of a partial choice** (_relaxed): Z above falls with D and grows with B_v and with P
 (through the conditions on M); a completion adds, per group left, at most that group's largest
@@ -297,7 +299,7 @@ class OptionBounds:
 
     def open(self, fam: OptionFamily, can_win) -> list[tuple[int, float]]:
         """(node, bound) of the family's roots whose bound can still win."""
-        return [self._keep(n) for n in self._roots(fam) if can_win(n.bound)]
+        return [self._keep(n) for n in self._roots(fam, can_win=can_win) if can_win(n.bound)]
 
     def expand(self, lst, x: int, can_win) -> tuple[list[tuple[int, float]], list[Partial]]:
         """Node x's children whose bound can win: (node, bound) of partial choices (the last
@@ -358,30 +360,41 @@ class OptionBounds:
         return node
 
     # -- the branch and bound -------------------------------------------------------------
-    def _roots(self, fam: OptionFamily, first: bool = False) -> list["_Node"]:
+    def _roots(self, fam: OptionFamily, first: bool = False, can_win=None) -> list["_Node"]:
         """The family's roots: a replica family's one (no class fixed), a mixed family's one per
         stage-wise class (subset S, dp, stage counts), each bounded with every group relaxed;
         `first`: a replica family's, its classes on their group's floors alone (its key before
         it comes up: most never do, and their memory's terms at every v took a fifth of 32 A100
         + 32 H100's search with the options, at v = 1 alone 12 s of GPT-3 175B / 1,024 A100's
-        set-up with classes_per_group 2; _class_terms)."""
+        set-up with classes_per_group 2; _class_terms); `can_win`: a replica family's memory is
+        read only at the v where its root's plain reading can win (_root)."""
         if (fam, first) not in self.root_memo:
             if fam.family == "replica":  # layouts with a pipeline, then those without (disjoint)
                 roots = [self._root(fam, fam.used, _Base(), self._replica_ways(fam, True), None, self.pipe_zeros,
-                                    True, first=first),
+                                    True, first=first, can_win=can_win),
                          self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None,
-                                    self.inst.search.zero, single=True, first=first)]
+                                    self.inst.search.zero, single=True, first=first, can_win=can_win)]
             else:
                 roots = list(self._mixed_roots(fam))
             self.root_memo[fam, first] = [n for n in roots if n is not None]
         return self.root_memo[fam, first]
 
     def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage,
-              zeros: tuple, pipelined: bool = False, single: bool = False, first: bool = False) -> "_Node | None":
+              zeros: tuple, pipelined: bool = False, single: bool = False, first: bool = False,
+              can_win=None) -> "_Node | None":
         """The root over `ways` (per group of `order`) beside `base`, its layouts at a ZeRO
         stage of `zeros`, bounded with every group relaxed; `pipelined`: a replica family's
         layouts with a class of pp > 1 (_replica_ways); `single`: its layouts without, whose
-        ZeRO-3 is bounded apart, on the floors it raises (_bound)."""
+        ZeRO-3 is bounded apart, on the floors it raises (_bound).
+
+        With `can_win`, the memory its classes' groups hold is read only at the v where the
+        root read on the floors alone (`first`) can still win (issue 33: on GPT-3 175B / 1,024
+        A100 with classes_per_group 2 the memory at every v of every stage count of the roots
+        opened was a third of the search): at the others each class keeps its plain terms, a
+        bound at its v as the memory's reading is (the floors' A_lo and S_lo are at most the
+        class's own), so every node's bound, the least over v, is a bound of its layouts, as a
+        mixed root's read whole at its live v alone (_whole); a root that can win at no v is
+        its plain reading, which cannot win."""
         if not all(ways):
             return None
         f = [self.fb.floor(g, fam.tp, fam.cp) for g in order]
@@ -394,7 +407,19 @@ class OptionBounds:
                  for fg in f]
         levels = [self._profiles_of(w) for w in ways]
         raised = single and tuple(zeros) == (3,)
-        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None, first=first)
+        live = None
+        if can_win is not None and not first and not raised:
+            plain = self._node_of(fam, order, base, ways, levels, f, f3, stage, zeros, pipelined, raised, True, None)
+            live = tuple(bool(can_win(x)) for x in self._relaxed(plain, plain.state, 0, per_v=True).tolist())
+            if not any(live):
+                return plain
+            live = None if all(live) else live
+        return self._node_of(fam, order, base, ways, levels, f, f3, stage, zeros, pipelined, raised, first, live)
+
+    def _node_of(self, fam: OptionFamily, order: tuple, base: _Base, ways: list, levels: list, f: list, f3, stage,
+                 zeros: tuple, pipelined: bool, raised: bool, first: bool, live) -> "_Node":
+        """_root's node, its classes read by _rates (`first`, `live`: as _class_terms)."""
+        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None, first=first, live=live)
                  for g, w, lv, fg in zip(order, ways, levels, f)]
         # per level, the relaxation of the levels from it on: (D, B, P, some deep, least
         # replicas, most shallowest stages: the shallowest class of a completion is no deeper
@@ -429,7 +454,7 @@ class OptionBounds:
         return got[1]
 
     def _rates(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
-               raised=None, ranks: int | None = None, first: bool = False) -> list[tuple]:
+               raised=None, ranks: int | None = None, first: bool = False, live: tuple | None = None) -> list[tuple]:
         """Per profile of group g's `ways`, (the most D, the least B) its ways add, each class
         at option_recompute.RecomputeFloor.class_terms (its slowest stage's least time with
         the memory its group holds, A* >= L f_g / pp, and the least sum of its stage times),
@@ -437,48 +462,79 @@ class OptionBounds:
         the floor ZeRO-3 raises, where every layout runs it (one-stage classes). Z falls with D
         and grows with B, so a profile read at its ways' most D and least B is read at most at
         each's bound; `ranks`: the ZeRO ranks of the layouts read (else the most the family's
-        may have: every stage slot of its groups, times cp)."""
-        groups = self.inst.cluster.groups
-        most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
-        # keyed by the ranks read, not by whether they were asked: a layout at its family's most
-        # (_at_ranks: every slot a replica) reads its root's terms again
-        key = ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, most, first)
+        may have: every stage slot of its groups, times cp); `live`: as _class_terms."""
+        key = self._rates_key(fam, g, ways, zeros, raised, ranks, first, live)
         got = self.ways.get(key)
         if got is None or got[0] is not ways:
-            terms: dict[int, tuple] = {}
-            out = []
-            for q in levels:
-                top, least = np.zeros((len(self.vs), len(self.fb.mbs), len(self.fb.idx))), None
-                for i in q.members:
-                    d, b = 0.0, 0.0
-                    for pp, r in ways[i][1]:
-                        if pp not in terms:
-                            terms[pp] = self._class_terms(fam, g, pp, tuple(zeros), most, raised, first)
-                        d, b = d + r * terms[pp][0], b + r * terms[pp][1]
-                    top = np.maximum(top, d)
-                    least = b if least is None else np.minimum(least, b)
-                out.append((top, least + 0.0 * top))
-            got = self.ways[key] = (ways, out)
+            got = self.ways[key] = (ways, [self._profile_rate(key, fam, g, ways, q, raised)
+                                           for q in levels])
         return got[1]
 
+    def _rates_key(self, fam: OptionFamily, g: int, ways: list[tuple], zeros: tuple, raised, ranks: int | None,
+                   first: bool, live: tuple | None = None) -> tuple:
+        """_rates' memo key: keyed by the ranks read, not by whether they were asked (a layout
+        at its family's most, _at_ranks: every slot a replica, reads its root's terms again)."""
+        groups = self.inst.cluster.groups
+        most = ranks or fam.cp * sum(groups[x].num_gpus // (fam.tp * fam.cp) for x in fam.used)
+        return ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, most, first, live)
+
+    def _rate_of(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
+                 ranks: int, i: int) -> tuple:
+        """_rates(...)[i] at `ranks`, reading only profile i's classes where the group's other
+        profiles were not read at those ranks (_at_ranks reads one profile per layout, at the
+        next power of two of its replicas: issue 33, every profile's classes read at each such
+        count took 40% of GPT-3 175B / 1,024 A100's search with classes_per_group 2)."""
+        key = self._rates_key(fam, g, ways, zeros, None, ranks, False)
+        got = self.ways.get(key)
+        if got is not None and got[0] is ways:
+            return got[1][i]
+        one = self.ways.get(("rate",) + key + (i,))
+        if one is None or one[0] is not ways:
+            one = self.ways[("rate",) + key + (i,)] = (ways, self._profile_rate(key, fam, g, ways, levels[i], None))
+        return one[1]
+
+    def _profile_rate(self, key: tuple, fam: OptionFamily, g: int, ways: list[tuple], q: _Profile, raised) -> tuple:
+        """(the most D, the least B) of profile q's ways (_rates), its classes' terms read once
+        per `key` (_rates_key) and stage count."""
+        terms = self.ways.get(("terms",) + key)
+        if terms is None or terms[0] is not ways:
+            terms = self.ways[("terms",) + key] = (ways, {})
+        terms = terms[1]
+        zeros, most, first, live = key[5], key[7], key[8], key[9]
+        top, least = np.zeros((len(self.vs), len(self.fb.mbs), len(self.fb.idx))), None
+        for i in q.members:
+            d, b = 0.0, 0.0
+            for pp, r in ways[i][1]:
+                if pp not in terms:
+                    terms[pp] = self._class_terms(fam, g, pp, zeros, most, raised, first, live)
+                d, b = d + r * terms[pp][0], b + r * terms[pp][1]
+            top = np.maximum(top, d)
+            least = b if least is None else np.minimum(least, b)
+        return top, least + 0.0 * top
+
     def _class_terms(self, fam: OptionFamily, g: int, pp: int, zeros: tuple, most: int, raised=None,
-                     first: bool = False) -> tuple:
+                     first: bool = False, live: tuple | None = None) -> tuple:
         """(rate, bubble), each (v, micro-batch sizes, scenarios) over OptionBounds.vs: a replica
         class of pp stages on group g at each v (option_recompute.RecomputeFloor.class_terms),
         or on the floor ZeRO-3 `raised` (pp / max(f_g, raised), pp - 1; a v > 1 it cannot run:
         no rate, an infinite bubble), or with `first` on its group's floor alone (pp / f_g, pp -
         1, at v > 1 times kept_share: A_lo = L f_g / pp and S_lo = L f_g, each at most the
-        class's own, the derivation's plain reading; the family's key, family_bound)."""
+        class's own, the derivation's plain reading; the family's key, family_bound); `live`
+        (a bool per v, None: all): the memory's reading at the v it marks, the plain one at the
+        others (each a bound at its v: _root)."""
         if raised is None and first:
             raised = 0.0
-        if raised is None:
-            each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) for v in self.vs]
-        else:
-            f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), raised)
+        plain = None
+        if raised is not None or live is not None:
+            f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), 0.0 if raised is None else raised)
             kept = kept_share(self.recompute, fam.tp, fam.cp)
-            each = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
-                    (pp / f, kept * np.full(f.shape, pp - 1.0)) if runs_v(self.recompute, pp, v) else
-                    (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
+            plain = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
+                     (pp / f, kept * np.full(f.shape, pp - 1.0)) if runs_v(self.recompute, pp, v) else
+                     (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
+        each = plain
+        if raised is None:
+            each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) if live is None or live[i]
+                    else plain[i] for i, v in enumerate(self.vs)]
         return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
 
     def _replica_ways(self, fam: OptionFamily, pipelined: bool) -> list[list[tuple]]:
@@ -622,7 +678,7 @@ class OptionBounds:
         if node.stage is not None:  # the stage-wise class at those ranks too
             d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks)
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
-            rate, bubble = self._rates(fam, g, ways, levels, node.zeros, ranks=ranks)[picks[j]]
+            rate, bubble = self._rate_of(fam, g, ways, levels, node.zeros, ranks, picks[j])
             d, b = d + rate, b + bubble
         return float(self._bound(node, d, state[7], b, state[2], state[4], sync))
 

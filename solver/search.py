@@ -1724,12 +1724,15 @@ class _Search:
         (issue 33)."""
         key = (None if self.partitions or self.uniform or dualpipe_job(self.inst)
                else twins.twin_key(self.outers[j]))
-        if key is None or (self.inst.job.global_batch // key.micro_batch) % key.replicas:
-            return True  # (the claim reads a lone class whose count is M / X)
+        M = self.inst.job.global_batch // key.micro_batch if key is not None else 0
+        if key is None or M < key.replicas:
+            return True  # (the claim reads a lone class of count M / X, or ceil(M / X) >= 1)
         if key not in self.lone_before:
             lone = dataclasses.replace(key, family=self.outers[j].family)
             p = problems_for(self.inst, [lone], self.objective, self.placements)[0]
             lb = -math.inf
+            if p is not None and M % key.replicas:  # O_c, c = ceil(M / X) (twins.at_count)
+                p = twins.at_count(p, -(-M // key.replicas))
             if p is not None:
                 cand = _Candidate(lone, p, (0.0, 0, 0), self.uniform)
                 lb = float(lower_bounds_s([p], lambda i: cand.mvecs, self.uniform)[0])

@@ -35,10 +35,21 @@ r = r_k* fits (k*'s stage fits with the same memory row; memory reads neither m 
 scenario) and per scenario m_O T_k* + D <= m_k* T_k* + D <= iteration_sigma of T, so O's
 objective (the max or a weighted sum with weights >= 0 over scenarios) is at most T's.
 
+Where X does not divide M (issue 33: GPT-3 175B on 1,024 A100 with classes_per_group 2, M =
+1,536 at micro-batch 1 beside X = 1,024 / tp cp replicas, where the twins were all of the 126
+configurations the option priced beyond the plain search's 65), O runs no integer count, so the
+search lists no O; the claim then reads O_c, the same class at the count c = ceil(M / X): k*'s
+m_k* >= M / X is an integer, so m_k* >= c, and with r = r_k* O_c fits and per scenario
+c T_k* + D <= m_k* T_k* + D <= iteration_sigma of T, so opt(T) >= opt(O_c). O_c's problem is
+O's as priced at its floor count (>= 1 where X <= M, the one case read: below it no T has
+m_k >= 1 for every class) with the count set to c in its coefficients' outer and its batch to
+c X (at_count): its coefficients are O's, the count read only through the one micro-batch in
+flight. Its bounds are those of O_c's own problem.
+
 Use. Any lower bound of O's optimum (its priced bound, solver/bounds/batched.lower_bounds_s,
 and its tight bound, one_class.tight_lower_bounds_s, both admissible for O's own problem; or
-O's solved value less its solver's tolerance) is one of T's. Where it exceeds the bar's value
-by more than the tie margin (REL_TOL), T's plan cannot beat the bar whatever its key
+O's solved value less its solver's tolerance) is one of T's, and so is any of O_c's. Where it
+exceeds the bar's value by more than the tie margin (REL_TOL), T's plan cannot beat the bar whatever its key
 (Winners.beats), so T is pruned unpriced and the search's answer and tie rule are unchanged:
 a twin that ties the bar is still priced and keyed as before.
 """
@@ -76,3 +87,12 @@ def twin_key(o: ClassOuter):
     if len(groups) != 1 or any(c.pp != 1 or c.stage_dp for c in o.classes):
         return None
     return dataclasses.replace(o, family="", classes=(ClassShape(replicas=o.replicas, stage_groups=groups.pop()),))
+
+
+def at_count(p, count: int):
+    """O_c's problem (module docstring): one-class problem `p` of X replicas with every replica
+    running `count` micro-batches, its coefficients as priced (a one-stage class holds one
+    micro-batch in flight at any count >= 1) but for the count their outer records."""
+    coeffs = tuple(tuple(dataclasses.replace(c, outer=dataclasses.replace(c.outer, num_micro_batches=count))
+                         for c in cs) for cs in p.coeffs)
+    return dataclasses.replace(p, coeffs=coeffs, total_micro_batches=count * sum(p.replicas))
