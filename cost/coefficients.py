@@ -1248,27 +1248,28 @@ def _stage_extras(inst: Instance, o: Outer, pl: Placement, where: list[int], tps
         fill_root_s=fill, tie_s=tie, slow=scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel))
 
 
-# _OuterParts of recent (instance, configuration, placement, network, reserve, MoE parameters),
-# by the instance's, the placement's and the MoE parameters' identity (held in the entry, so
-# that their ids are not reused while it lives) and the configuration's value (a class planner
-# makes a new Outer per ask)
-_OUTER_PARTS: dict[tuple, tuple[Instance, Placement, _OuterParts, object]] = {}
+# _OuterParts of recent (instance, configuration, placement, network, reserve), by the
+# instance's and the placement's identity (held in the entry, so that their ids are not reused
+# while it lives) and the configuration's value (a class planner makes a new Outer per ask).
+# Not by the MoE parameters in force: no part reads them (the routed tokens a rank stashes are
+# the balanced copies, moe.STASH_IMBALANCE, below every dropless imbalance in range; the stage
+# extras price no expert), so a fit's grid points on one instance share them (cost/moe_anchors.
+# pricer: 14% of a price before, issue 32; tests/validation/test_moe_fit.py checks that
+# building them reads no MoeParams on every MoE anchor)
+_OUTER_PARTS: dict[tuple, tuple[Instance, Placement, _OuterParts]] = {}
 
 
 def _outer_parts(inst: Instance, o: Outer, net: NetEfficiency, reserve_bytes: float,
                  placement: Placement | None) -> _OuterParts:
     pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
-    # an MoE model's parts read the MoE parameters in force (the stashed routed tokens' imbalance),
-    # which a fit changes on one instance (cost/moe_anchors.pricer): keyed by their identity too
-    params = moe_params.active() if inst.model.moe is not None else None
-    key = (id(inst), o, id(pl), net, reserve_bytes, id(params))
+    key = (id(inst), o, id(pl), net, reserve_bytes)
     hit = _OUTER_PARTS.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is pl and hit[3] is params:
+    if hit is not None and hit[0] is inst and hit[1] is pl:
         return hit[2]
     out = _OuterParts(inst, o, pl, reserve_bytes)
     if len(_OUTER_PARTS) >= 4096:
         _OUTER_PARTS.clear()
-    _OUTER_PARTS[key] = (inst, pl, out, params)
+    _OUTER_PARTS[key] = (inst, pl, out)
     return out
 
 

@@ -94,11 +94,10 @@ def pricer(row: dict) -> Callable[[], AnchorPrice]:
     """price(row) as a function to call once per MoeParams (cost/moe_fit.grid_log_errors prices
     each row at up to 18,432 grid points): the row's instance and plan read once, and every
     call priced on that one Instance object. Pricing keeps its memos per instance object
-    (cost/coefficients); those whose values read MoeParams (an MoE layer's costs, the parts of a
-    configuration: the stashed tokens' imbalance) are keyed by the parameters in force too, so
-    one point's prices do not carry into the next, while what reads none of them (the attention
-    view's and dense prefix's layer costs, the output layer, the model views) is priced once
-    for all the points: 0.60 -> 0.46 ms a price over the 33 rows (issue 32; each call priced on a
+    (cost/coefficients); those whose values read MoeParams (an MoE layer's costs) are keyed by
+    the parameters in force too, so one point's prices do not carry into the next, while what
+    reads none of them (a configuration's parts, the attention view's and dense prefix's layer
+    costs, the output layer, the model views) is priced once for all the points: 0.60 -> 0.46 ms a price over the 33 rows (issue 32; each call priced on a
     new Instance equal to this one before). Reading the file's mapping into an Instance and the
     plan against it was over half of each price (1.2-2.0 ms a price -> 0.6-0.7 ms on three rows;
     issue 32). The plan is checked against the instance, and its classes placed on the cluster,

@@ -88,8 +88,8 @@ def active() -> MoeParams:
 @contextmanager
 def using(params: MoeParams):
     """Price with `params` inside the block (cost/moe_fit.py's folds). cost/coefficients keys
-    its memos of what reads them (an MoE layer's costs, a configuration's parts) by the
-    parameters in force as well as by the instance, so one instance may be priced under many."""
+    its memos of what reads them (an MoE layer's costs) by the parameters in force as well as
+    by the instance, so one instance may be priced under many."""
     token = _ACTIVE.set(params)
     try:
         yield params

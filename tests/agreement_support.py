@@ -3,6 +3,7 @@ exhaustive search over the same declared space, and each optimum re-simulated by
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from contextlib import contextmanager
 
@@ -95,6 +96,23 @@ def random_cluster_optimum(seed: int, objective: str = "nominal"):
     return exhaustive(random_cluster_case(seed), objective)
 
 
+@functools.lru_cache(maxsize=None)
+def option_case(make, seed: int, **search):
+    """make(seed) with the search fields `search` set, one object per test process: pricing
+    keeps what it computed per instance object, so exhaustive search and the backends share it."""
+    inst = make(seed)
+    return dataclasses.replace(inst, search=dataclasses.replace(inst.search, **search))
+
+
+@functools.lru_cache(maxsize=None)
+def option_optimum(make, seed: int, **search):
+    """exhaustive(option_case(make, seed, **search)), listed once per test process: a layout
+    option's agreement cases and its check that the option wins on some seeds read the same
+    optima (issue 32; a module's tests that share them carry one xdist_group, so that they run
+    on one worker: tests/conftest.py). Read only."""
+    return exhaustive(option_case(make, seed, **search))
+
+
 def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda outers: True) -> list[int]:
     """The first `count` seeds from `start` whose instance `make(seed)` has at most `max_splits`
     complete plans (so exhaustive search stays quick) and whose outer configurations `accept`."""
@@ -108,11 +126,11 @@ def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda out
     return out
 
 
-def assert_mixed_backends_agree_with_exhaustive(inst) -> None:
+def assert_mixed_backends_agree_with_exhaustive(inst, ex=None) -> None:
     """CP-SAT and MILP prove the exhaustive optimum of a mixed-cluster instance (or agree that
-    it has no plan); exhaustive search (solver/exhaustive.exhaustive) is the reference."""
-    from paraplan.solver.exhaustive import exhaustive
-    ex = exhaustive(inst)
+    it has no plan); exhaustive search (solver/exhaustive.exhaustive) is the reference. `ex`:
+    exhaustive(inst), where the caller already has it."""
+    ex = exhaustive(inst) if ex is None else ex
     for backend in ("cpsat", "milp"):
         res = search.search(inst, backend, time_limit_s=GUARD_LIMIT_S)
         assert res.status in ("optimal", "infeasible"), (backend, res.status)

@@ -116,7 +116,9 @@ def test_cross_validation_reproduces_the_stored_file():
     # the whole fit and its folds, recomputed: 72,192 prices, 69-76 s of CPU at load 5-8, 81-109 s
     # before each row's plan was checked and placed once (issue 32; cost/moe_fit.grid_log_errors,
     # each row read once, cost/moe_anchors.pricer); the grid 22% less since each row's points
-    # share one instance and what reads no MoeParams (63.1 -> 49.4 s side by side, issue 32)
+    # share one instance and what reads no MoeParams (63.1 -> 49.4 s side by side, issue 32);
+    # a configuration's parts shared by every point (cost/coefficients._outer_parts): the grid
+    # 30.7-31.0 -> 20.5-21.6 s of CPU, paired at load 8-10 (issue 32)
     from paraplan.cost.readers.strict_yaml import read_yaml
     cv = moe_fit.cross_validate()
     assert cv.fitted == FITTED
@@ -156,3 +158,35 @@ def test_moe_params_override_only_inside_the_block():
     with moe_params.using(other):
         assert moe_params.active() is other
     assert moe_params.active() is FITTED
+
+
+def test_a_configurations_parts_read_no_moe_parameters(monkeypatch):
+    # cost/coefficients keeps a configuration's parts (_OuterParts and the stage extras filled
+    # into them) across the MoE parameters in force, so a fit's grid points on one instance
+    # share them: correct only while building them reads no MoeParams. Every MoE anchor priced
+    # with moe_params.active raising inside them; active still read outside (the expert terms).
+    from paraplan.cost import coefficients
+    inside, reads = [0], {"parts": 0, "elsewhere": 0}
+    active = moe_params.active
+
+    def counted():
+        reads["parts" if inside[0] else "elsewhere"] += 1
+        return active()
+
+    def within(fn):
+        def run(*args, **kwargs):
+            inside[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside[0] -= 1
+        return run
+    monkeypatch.setattr(moe_params, "active", counted)
+    monkeypatch.setattr(coefficients._OuterParts, "__init__", within(coefficients._OuterParts.__init__))
+    monkeypatch.setattr(coefficients, "_stage_extras", within(coefficients._stage_extras))
+    built = []
+    monkeypatch.setattr(coefficients, "_outer_parts", lambda *a, f=coefficients._outer_parts: built.append(1) or f(*a))
+    for row in moe_anchors.priced_rows():
+        moe_anchors.price(row)
+    assert reads["parts"] == 0
+    assert reads["elsewhere"] >= len(built) >= len(moe_anchors.priced_rows())  # not vacuous
