@@ -117,10 +117,17 @@ def _window_counts(a: np.ndarray, t: np.ndarray, extra: int) -> tuple[np.ndarray
         active = (x - a) * inv > 1
     # the continuous count exceeds the exact one by less than 1 per stage, so theta lies
     # within about pp / slope above x: W values per stage reach it
-    W = int((np.ceil(pp / np.maximum(slope, inv.min()) * inv).max() + WINDOW_BELOW + 2))
+    W = max(1, int(np.ceil(pp / np.maximum(slope, inv.min()) * inv).max()) + WINDOW_BELOW + 2)
     if W * 4 > extra:
         return None
-    j = np.clip(np.floor((x - a) * inv) - 1 - WINDOW_BELOW, 0, extra)
+    return _window_select(a, t, extra, np.clip(np.floor((x - a) * inv) - 1 - WINDOW_BELOW, 0, extra), W)
+
+
+def _window_select(a: np.ndarray, t: np.ndarray, extra: int, j: np.ndarray, W: int) -> tuple:
+    """_window_counts' (below, ties, settled) from windows of W values per stage, stage s's
+    after its first j_s (floats of integers in 0 .. extra): theta is the (extra - sum_s j_s)-th
+    smallest of the windows' values where that check holds (_window_counts), the row settled."""
+    N, pp = a.shape
     k = j[:, :, None] + np.arange(2, W + 2, dtype=float)  # the windows' k
     vals = np.where(k <= extra + 1, a[:, :, None] + k * t[:, :, None], np.inf)
     rank = extra - j.sum(axis=1).astype(np.int64)  # theta's rank in the windows (from 1)

@@ -60,14 +60,51 @@ def test_window_split_is_the_greedy_and_the_partitions(kind, monkeypatch):
     assert settled > rows / 4, (settled, rows)
 
 
-def test_window_rows_it_cannot_settle_fall_back():
-    """Rows whose theta lies outside their window (a stage far slower than the others widens
-    the miss) and rows with a stage of no layer time are read from all their values."""
+@pytest.mark.parametrize("kind", ["one group", "groups", "ties"])
+def test_window_rows_it_cannot_settle_fall_back(kind, monkeypatch):
+    """Windows started above theta (WINDOW_BELOW below 0: the continuous count's floor moved
+    up) miss it on many rows: the check must find each (a stage's last value below its window
+    not < theta) and read those rows from all their values; a stage of no layer time sends
+    the whole call there."""
+    monkeypatch.setattr(batched, "WINDOW_MIN_VALUES", 0)
+    monkeypatch.setattr(batched, "WINDOW_BELOW", -3)
     rng = np.random.default_rng(5)
-    a, t = rng.random((40, 6)), rng.random((40, 6)) + 0.1
-    t[::3, 2] *= 1e4
-    t[1::7, 4] = 0.0
-    layers = 6 + 70
+    missed = 0
+    for _ in range(20):
+        pp = int(rng.integers(2, 10))
+        layers = pp + int(rng.integers(20, 90))
+        a, t = _rows(rng, kind, 25, pp)
+        window = batched._window_counts(a, t, layers - pp)
+        missed += 0 if window is None else int((~window[2]).sum())
+        got = batched.balanced_splits(a, t, layers)
+        for i in range(len(a)):
+            assert (got[i] == _greedy_split(a[i], t[i], layers)).all(), (kind, i)
+    assert missed > 0
+    t[::2, 1] = 0.0
+    assert batched._window_counts(a, t, layers - pp) is None
     got = batched.balanced_splits(a, t, layers)
-    for i in range(len(a)):
-        assert (got[i] == _greedy_split(a[i], t[i], layers)).all()
+    assert all((got[i] == _greedy_split(a[i], t[i], layers)).all() for i in range(len(a)))
+
+
+@pytest.mark.parametrize("kind", ["one group", "groups", "ties"])
+def test_window_check_on_any_window(kind):
+    """Windows placed anywhere (random starts j_s and widths): a row the check settles has
+    exactly the counts of every value read (_all_value_counts), wherever its windows lie;
+    the others are left to it. Stages' windows started at random miss theta in every way
+    (too high, too low, one stage of several), so this reads the check, not the level."""
+    rng = np.random.default_rng({"one group": 11, "groups": 12, "ties": 13}[kind])
+    settled = missed = 0
+    for _ in range(60):
+        pp = int(rng.integers(1, 8))
+        extra = int(rng.integers(1, 40))
+        a, t = _rows(rng, kind, 30, pp)
+        below, ties = batched._all_value_counts(a, t, extra)
+        # half the rows' windows around the true counts (off by up to 2), half anywhere
+        near = np.clip(below - rng.integers(-2, 3, below.shape), 0, extra)
+        anywhere = rng.integers(0, extra + 1, below.shape)
+        j = np.where(rng.random((len(a), 1)) < 0.5, near, anywhere).astype(float)
+        got_below, got_ties, ok = batched._window_select(a, t, extra, j, int(rng.integers(1, 6)))
+        assert (got_below[ok] == below[ok]).all() and (got_ties[ok] == ties[ok]).all()
+        settled += int(ok.sum())
+        missed += int((~ok).sum())
+    assert settled > 0 and missed > 0
