@@ -4,17 +4,22 @@ ahead in the same fill_drain_sync_s call (_joint_rows, kept in joint_memo) are, 
 popped choice, the floats of a fresh FamilyBounds that reads each popped choice alone (issue 33:
 8 types x 8 nodes read 1,518 rows in 1,461 calls of about 4 ms each, nearly all of it numpy's
 per-call work). What makes that so: fill_drain_sync_s reads row by row, so a row's float is the
-same whatever rows share its call; checked here on random rows too."""
+same whatever rows share its call; checked here on random rows too. And the stage sites the
+bound that reads memory keeps (unpriced_memory._ring_site) are each configuration's own."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from randinst import group_tp_instance, random_cluster_instance
 from test_choice_sync_admissible import slow_sync_instance
 
+from paraplan.cost.class_coefficients import group_site
 from paraplan.solver import search as search_mod
-from paraplan.solver.bounds import stage_families
+from paraplan.solver.bounds import stage_families, unpriced_memory
 from paraplan.solver.bounds.fill_drain import fill_drain_sync_s
 from paraplan.solver.bounds.stage_families import StageFamily
+from paraplan.solver.space import declared_outers
 
 
 def test_a_rows_sync_reading_is_the_same_alone_or_with_others():
@@ -70,3 +75,21 @@ def test_joint_keys_read_ahead_are_each_popped_choices_own(monkeypatch):
     assert popped > 20 and raised, (popped, raised)
     # read ahead: fewer calls than the popped choices' own, as many rows at least
     assert len(ahead_calls) < len(alone_calls) / 2 and sum(ahead_calls) >= sum(alone_calls), calls
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_kept_ring_site_is_the_configurations_own(seed):
+    """unpriced_memory._ring_site keeps a stage's site by what group_site reads of the outer
+    (not its layer fields, ZeRO or pipeline): over every declared configuration of small random
+    clusters, several classes and a tp per group included, read through one memo, each kept
+    site is the one group_site builds for that configuration."""
+    for inst in (random_cluster_instance(seed), group_tp_instance(seed)):
+        memo: dict = {}
+        read = 0
+        for o in declared_outers(inst):
+            for i in range(len(inst.scenarios)):
+                for g in sorted({g for c in o.classes for g in c.stage_groups}):
+                    assert unpriced_memory._ring_site(inst, o, i, g, memo) == group_site(
+                        inst.scenarios[i].cluster, o, g), (o, i, g)
+                    read += 1
+        assert read > len(memo) > 0, (read, len(memo))  # kept sites were read again
