@@ -121,6 +121,11 @@ from paraplan.solver.partition_plans import enabled as partitions_enabled
 # 1.34-1.39 s at 16, which holds two groups at four tp values each: the 32 + 32 rows' families)
 RECOMPUTE_CHOICES = 16
 
+# the most of a stage family's opened tp choices whose pipeline and sync joint_keys reads ahead
+# in one call with a popped choice's (_joint_rows: numpy's per-call work, not the rows, is what a
+# call of a few rows costs)
+JOINT_AHEAD = 16
+
 
 def group_factor(inst, used, zero: int, cp: int, depth: int, memo: dict) -> float:
     """trust.objective_factor_of of a configuration on the groups `used` at ZeRO `zero`, cp and
@@ -231,6 +236,12 @@ class FamilyBounds:
     # layers' terms and syncs as unpriced_memory keeps them
     sync_floors: dict = field(default_factory=dict)
     layer_memo: dict = field(default_factory=dict)
+    # family -> (grid position, mb index) -> (scenarios,) fill_drain_sync_s (_joint_rows);
+    # family -> its opened choices' grid positions, least bound first (choices), and those
+    # whose rows were read (or read ahead) already
+    joint_memo: dict = field(default_factory=dict)
+    opened: dict = field(default_factory=dict)
+    read_ahead: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         inst = self.inst
@@ -742,15 +753,30 @@ class FamilyBounds:
         search.idle_gpus only, through two groups or more; inf where the choice holds no
         configuration."""
         pos = self._positions(fam, indices)
+        bounds, apart, terms, rows, arrays = self._joint_front(fam, pos, can_win)
+        if rows is None:  # (none it may prune)
+            return bounds
+        if len(rows):
+            ci, bi = np.unravel_index(rows, apart.shape[:2])
+            j = self._joint_rows(fam, pos, ci, bi, arrays, can_win)
+            apart[ci, bi] = np.maximum(apart[ci, bi], j)
+            bounds = np.maximum(bounds, self._per_b(terms, np.arange(len(pos)), apart).min(axis=1))
+        return bounds
+
+    def _joint_front(self, fam: StageFamily, pos: np.ndarray, can_win) -> tuple:
+        """What joint_keys reads of the choices at grid positions `pos` before their pipeline
+        and sync are read together: (their bounds with fill_drain_choices and apart_choices,
+        apart (choices, mbs, scenarios), their terms, the (choice, b) positions in apart's
+        first two axes to read together, _sync_rows' row arrays (t, count, g, d, m)); rows
+        None where none of them may be pruned (_can_rise)."""
         # (the slowest stage with forced recompute not read: the choice's own key may hold it;
         # read per popped choice it was 15% of the 4 x 16 row's CPU)
         _, bounds, terms = self._combos(fam, only=pos, recompute=False)
         k = np.arange(len(pos))
-        L = self.inst.model.layers
         pipeline = self._pipelines(fam, k, terms)  # (fill_drain_choices' and _sync_rows')
         bounds = np.maximum(bounds, self.fill_drain_choices(fam, k.tolist(), terms, pipeline))
-        if not len(self._can_rise(terms, k, can_win)):  # (none it may prune)
-            return bounds
+        if not len(self._can_rise(terms, k, can_win)):
+            return bounds, None, terms, None, None
         t, count, g_, d_, m, pipeline, least_sync = self._sync_rows(fam, k, terms, pos, pipeline)
         apart = pipeline + least_sync
         got = self._per_b(terms, k, apart)
@@ -759,16 +785,50 @@ class FamilyBounds:
         # without end (_can_rise); none without a bar (there it prunes nothing)
         top = self._per_b(terms, k, np.full(apart.shape, np.inf)).ravel()
         rows = (np.setdiff1d(_winning(got.ravel(), can_win), _winning(top, can_win))
-                if not can_win(np.inf) else [])
-        if len(rows):
-            nb, ns = got.shape[1], len(self.idx)
-            ci, bi = np.unravel_index(rows, got.shape)
+                if not can_win(np.inf) else np.zeros(0, np.int64))
+        return bounds, apart, terms, rows, (t, count, g_, d_, m)
+
+    def _joint_rows(self, fam: StageFamily, pos: np.ndarray, ci: np.ndarray, bi: np.ndarray, arrays: tuple,
+                    can_win) -> np.ndarray:
+        """(rows, scenarios): fill_drain.fill_drain_sync_s of the (choice ci, b bi) rows of the
+        choices at grid positions `pos` (_joint_front's row `arrays`), each kept in joint_memo by
+        its family, grid position and b. Where one is not kept yet, the rows of up to
+        JOINT_AHEAD more of the family's opened choices (choices' `opened`, least bound first,
+        not yet read) that _joint_front would read now are read in the same call: the search
+        pops a family's choices one at a time (8 types x 8 nodes: 1,518 rows in 1,461 calls,
+        about 4 ms each, nearly all of it numpy's per-call work over the sync levels), and a
+        row's floats are its own (fill_drain_sync_s reads row by row), so a kept row is the
+        float the popped choice's own call gives, whatever was read with it."""
+        memo = self.joint_memo.setdefault(fam, {})
+        keys = list(zip(pos[ci].tolist(), bi.tolist()))
+        todo = [r for r, key in enumerate(keys) if key not in memo]
+        if todo:
+            at = np.array(todo)
+            batch = [(arrays, ci[at], bi[at], [keys[r] for r in todo])]
+            done = self.read_ahead.setdefault(fam, set())
+            done.update(pos.tolist())
+            ahead = np.array([p for p in self.opened.get(fam, ()) if p not in done][:JOINT_AHEAD], np.int64)
+            done.update(ahead.tolist())
+            if len(ahead):
+                _, a_apart, _, a_rows, a_arrays = self._joint_front(fam, ahead, can_win)
+                if a_rows is not None and len(a_rows):
+                    a_ci, a_bi = np.unravel_index(a_rows, a_apart.shape[:2])
+                    batch.append((a_arrays, a_ci, a_bi, list(zip(ahead[a_ci].tolist(), a_bi.tolist()))))
+            self._read_joint(memo, batch)
+        return np.array([memo[key] for key in keys])
+
+    def _read_joint(self, memo: dict, batch: list) -> None:
+        """fill_drain_sync_s of every (row arrays, ci, bi, keys) of `batch` in one call, each
+        (choice, b)'s scenarios kept in `memo` by its key."""
+        ns, nb, L = len(self.idx), len(self.mbs), self.inst.model.layers
+        arrays = []
+        for (t, count, g_, d_, m), ci, bi, _ in batch:
             pick = ((ci[:, None] * nb + bi[:, None]) * ns + np.arange(ns)[None, :]).ravel()  # their rows
-            j = fill_drain_sync_s(np.zeros((len(pick), t.shape[1])), t[pick], count[pick], L, m[pick], None,
-                                  d_[pick], g_[pick], np.ones(len(pick))).reshape(len(rows), ns)
-            apart[ci, bi] = np.maximum(apart[ci, bi], j)
-            bounds = np.maximum(bounds, self._per_b(terms, k, apart).min(axis=1))
-        return bounds
+            arrays.append((t[pick], count[pick], m[pick], d_[pick], g_[pick]))
+        t, count, m, d_, g_ = (np.concatenate(x) for x in zip(*arrays))
+        j = fill_drain_sync_s(np.zeros(t.shape), t, count, L, m, None, d_, g_, np.ones(len(t)))
+        for key, row in zip((key for *_, keys in batch for key in keys), j.reshape(-1, ns)):
+            memo[key] = row
 
     def _positions(self, fam: StageFamily, indices: list[int]) -> np.ndarray:
         """The positions in the family's grid (combos' order) of its tp choices `indices`
@@ -827,6 +887,8 @@ class FamilyBounds:
                 bounds[keep] = np.maximum(bounds[keep], self.apart_choices(fam, keep.tolist(), terms, can_win,
                                                                            pipeline[won]))
                 keep = keep[_winning(bounds[keep], can_win)]
+            if self.reads_syncs(fam):  # (joint_keys reads their rows ahead, least bound first)
+                self.opened[fam] = keep[np.argsort(bounds[keep], kind="stable")].tolist()
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
