@@ -328,8 +328,12 @@ def coupled_above(c: dict, L: int, v: int, m: float, allow_full_recompute: bool,
     base = alpha * tau + sigma / v
     if alpha <= 0:  # one micro-batch, one chunk: the bound does not read the slowest stage
         return base + delta > cutoff_s
-    theta = (cutoff_s - sigma / v - delta) / alpha
-    return base + sync_within(c, L, v, allow_full_recompute, theta) > cutoff_s
+    # a row that fits no split reads sigma or delta inf, so its theta is inf - inf = nan; its
+    # answer below is then inf > cutoff (true: it cannot win) or nan > cutoff (false: kept), and
+    # neither prunes a row that could win, so numpy's warning says nothing here
+    with np.errstate(invalid="ignore"):
+        theta = (cutoff_s - sigma / v - delta) / alpha
+        return base + sync_within(c, L, v, allow_full_recompute, theta) > cutoff_s
 
 
 def tight_lower_bound_s(c: StageCoefficients, allow_full_recompute: bool = True) -> float:
