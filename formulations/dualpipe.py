@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.formulations.multiclass import MultiClassResult
-from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
+from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, time_quantum
 from paraplan.formulations.result import SolverError
 
 
@@ -506,16 +506,12 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
     all the solves together is held to `time_limit_s`. `cutoff_s`: the scaled objective is held
     to 2 (cutoff + E) / q, which every split of Z <= cutoff meets, so "infeasible" under it is
     status "cutoff" (no split below the cutoff)."""
-    from ortools.sat.python import cp_model
-
-    from paraplan.formulations.multiclass import deterministic_solver
+    from paraplan.formulations.multiclass import deterministic_solver, solved_status
 
     start = time.perf_counter()
     L, m = p.layers, p.num_micro_batches
     R = L if p.allow_full_recompute else 0
-    q = TIME_QUANTUM_S
-    while 2 * _upper_bound_s(p) / q > OBJECTIVE_LIMIT_QUANTA:
-        q *= 2
+    q = time_quantum(2 * _upper_bound_s(p))
     E = q * ((m / 2 + p.bubble_weight) * (2 + L + R) + 2 + L)
     cut = cutoff_s is not None and math.isfinite(cutoff_s)
     cuts: list[tuple[tuple[str, int, int, int], ...]] = []
@@ -529,12 +525,8 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
             model, n, r = _cpsat_model(p, q, R, cuts, limit_q)
             pick = lambda s, n=n, r=r: ([s.value(x) for x in n], [s.value(x) for x in r])  # noqa: E731
         solver = deterministic_solver(max(time_limit_s - spent, 1e-3), seed)
-        code = solver.solve(model)
+        status = solved_status(solver, model, "a DualPipe split")
         spent += solver.response_proto.deterministic_time
-        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-                  cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)
-        if status is None:
-            raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a DualPipe split")
         raw = solver.best_objective_bound
         bound = raw * q / 2 - E if math.isfinite(raw) else None
         if status == "infeasible":
