@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.cost.dualpipe import Kept
 from paraplan.formulations.multiclass import MultiClassResult
 from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, time_quantum
 from paraplan.formulations.result import SolverError
@@ -315,9 +315,7 @@ def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
 
 # problems whose tables _pair_table_sums keeps (a search solves about a hundred DualPipe
 # problems of Qwen3-235B, about 40 KB of tables each)
-PAIR_TABLES_KEPT = 256
-_TABLES: dict = {}
-_TABLES_LOCK = threading.Lock()  # a search may solve on several threads
+_TABLES = Kept(256)
 
 
 def _content_key(p: DualPipeProblem) -> tuple:
@@ -335,33 +333,23 @@ def _pair_table_sums(p: DualPipeProblem):
     the tables the exact search and the pair models read; None where a pair fits no count of
     layers at all (then no split fits; the pairs after it are not tabled).
 
-    Built once per problem and kept (read-only) for the last PAIR_TABLES_KEPT problems by value:
+    Built once per problem and kept (read-only) for the last 256 problems by value (_TABLES):
     each backend's search builds its own problem objects of the same configurations, and the
     tables were about a tenth of a CP-SAT or MILP search of Qwen3-235B (issue 32)."""
-    key = _content_key(p)
-    with _TABLES_LOCK:
-        if key in _TABLES:
-            return _TABLES[key]
-    out = _built_pair_table_sums(p)
-    if out is not None:
-        for row in out:
-            for x in (row[1], row[2], *row[3]):
-                x.setflags(write=False)
-    with _TABLES_LOCK:
-        while len(_TABLES) >= PAIR_TABLES_KEPT:
-            del _TABLES[next(iter(_TABLES))]  # the oldest
-        _TABLES[key] = out
-    return out
+    return _TABLES.get(_content_key(p), lambda: _built_pair_table_sums(p))
 
 
 def _built_pair_table_sums(p: DualPipeProblem):
-    """_pair_table_sums, built."""
+    """_pair_table_sums, built (read-only: kept and shared)."""
     out = []
     for h in range(p.pairs):
         lo_N, R, split = _pair_tables(p, h)
         if not np.isfinite(R).any():
             return None
         out.append((lo_N, R, split, _pair_sums(p, h, lo_N, R)))
+    for row in out:
+        for x in (row[1], row[2], *row[3]):
+            x.setflags(write=False)
     return out
 
 
