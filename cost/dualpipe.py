@@ -188,41 +188,46 @@ class Terms:
         return per_stage + per_stage[mirror(per_stage.shape[-1])] + self.runtime_bytes
 
 
+class Kept:
+    """The values of the last `most` keys built, each built once while kept (the oldest key
+    dropped first), on every thread of a search: `terms`' and formulations/dualpipe.py's."""
+
+    def __init__(self, most: int):
+        self.most, self._items, self._lock = most, {}, threading.Lock()
+
+    def get(self, key, build):
+        """The value kept for `key`, else build()'s, then kept."""
+        with self._lock:
+            if key in self._items:
+                return self._items[key]
+        out = build()
+        with self._lock:
+            while len(self._items) >= self.most:
+                del self._items[next(iter(self._items))]  # the oldest
+            self._items[key] = out
+        return out
+
+
 # configurations whose Terms `terms` keeps (a search of Qwen3-235B under DualPipe prices about a
 # thousand, a few KB each)
-TERMS_KEPT = 2048
-_TERMS: dict = {}
-_TERMS_LOCK = threading.Lock()  # a search may price on several threads
+_TERMS = Kept(2048)
 
 
 def terms(inst: Instance, o, net: NetEfficiency = NetEfficiency(), reserve_bytes: float = 0.0) -> Terms:
     """The Terms of outer configuration `o` (its num_micro_batches included).
 
-    Kept (read-only) for the last TERMS_KEPT calls by value: the instance, the configuration,
+    Kept (read-only) for the last 2048 calls by value (_TERMS): the instance, the configuration,
     the network, the reserve and, for an MoE model, the MoE parameters in force (cost/moe_params,
     which the expert terms read); every other input is a constant of the code. Each backend's
     search of a DualPipe job prices the same configurations on its own instance object (the
     planner's one-group instance is made per call, solver/search.dualpipe_problem), and the
     terms were about a third of a CP-SAT or MILP search of Qwen3-235B (issue 32)."""
     key = (inst, o, net, reserve_bytes, moe_params.active() if inst.model.moe is not None else None)
-    with _TERMS_LOCK:
-        hit = _TERMS.get(key)
-    if hit is not None:
-        return hit
-    out = _built_terms(inst, o, net, reserve_bytes)
-    for x in (out, out.coeffs):
-        for f in fields(x):
-            if isinstance(getattr(x, f.name), np.ndarray):
-                getattr(x, f.name).setflags(write=False)
-    with _TERMS_LOCK:
-        while len(_TERMS) >= TERMS_KEPT:
-            del _TERMS[next(iter(_TERMS))]  # the oldest
-        _TERMS[key] = out
-    return out
+    return _TERMS.get(key, lambda: _built_terms(inst, o, net, reserve_bytes))
 
 
 def _built_terms(inst: Instance, o, net: NetEfficiency, reserve_bytes: float) -> Terms:
-    """terms, built."""
+    """terms, built (its arrays and its coefficients' read-only: they are kept and shared)."""
     c = coefficients.build(inst, o, net, reserve_bytes, dualpipe=True)
     pp = o.pp
     pl = coefficients.homogeneous_placement(inst.cluster.one_group, o)
@@ -237,9 +242,14 @@ def _built_terms(inst: Instance, o, net: NetEfficiency, reserve_bytes: float) ->
     per_mb_ckpt = c.layer_ckpt_bytes / c.in_flight
     runtime = memory.runtime_bytes(o.tp, o.cp, o.dp, pp)
     k0 = c.stage_mem_bytes - c.stage_act_bytes + held * c.stage_act_bytes / c.in_flight - runtime
-    return Terms(coeffs=c, num_micro_batches=o.num_micro_batches, bw_s=bw, ru_s=c.recompute_time_s.copy(),
-                 k0_bytes=k0, kn_bytes=c.layer_state_bytes + held * per_mb_act,
-                 kr_bytes=held * (per_mb_act - per_mb_ckpt), runtime_bytes=runtime)
+    out = Terms(coeffs=c, num_micro_batches=o.num_micro_batches, bw_s=bw, ru_s=c.recompute_time_s.copy(),
+                k0_bytes=k0, kn_bytes=c.layer_state_bytes + held * per_mb_act,
+                kr_bytes=held * (per_mb_act - per_mb_ckpt), runtime_bytes=runtime)
+    for x in (out, out.coeffs):
+        for f in fields(x):
+            if isinstance(getattr(x, f.name), np.ndarray):
+                getattr(x, f.name).setflags(write=False)
+    return out
 
 
 def iteration(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),

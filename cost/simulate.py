@@ -117,17 +117,29 @@ def critical_path(c: StageCoefficients, m: int, n: np.ndarray, r: np.ndarray, v:
     # T_s - k W_s, with the pacing stage the one whose path is longest (schedule.pipeline_time_s)
     passes = t if saving is None else np.maximum(t - saving, 0.0)
     k = int(np.argmax(t)) if saving is None else int(np.argmax(m * t + (passes.sum() - passes) / v))
-    exposed = {name: m * n[k] * val for name, val in c.layer_parts.items()}
-    exposed["recompute"] = m * r[k] * c.recompute_time_s[k]
-    for name, val in c.stage_parts[k].items():  # (slowest_rank: a layer part and a stage part)
-        exposed[name] = exposed.get(name, 0.0) + m * val
-    exposed["pipeline_bubble"] = float(passes.sum() - passes[k]) / v
-    exposed["grad_sync_and_optimizer"] = sync_s
-    exposed = {key: float(val) for key, val in exposed.items()}
-    overlapped = {name: float(m * n[k] * val) for name, val in c.overlapped_per_layer_s.items()
-                  if name != "dp_grad_sync"}
-    overlapped["dp_grad_sync"] = float(n[k] * c.overlapped_per_layer_s.get("dp_grad_sync", 0.0))
+    exposed, overlapped = _parts(c, m, n[k], m * r[k] * c.recompute_time_s[k], (k,),
+                                 float(passes.sum() - passes[k]) / v, sync_s)
     return exposed, overlapped, k
+
+
+def _parts(c: StageCoefficients, m: float, layers: float, recompute_s: float, stages, bubble_s: float,
+           sync_s: float) -> tuple[dict[str, float], dict[str, float]]:
+    """(exposed, overlapped) seconds of a pacing unit running m micro-batches through `layers`
+    layers of `stages` (a stage, or a DualPipe device's two): each named layer part m times per
+    layer, the recomputation `recompute_s`, each stage part m times (a name may be both a layer
+    and a stage part: slowest_rank), the bubble, then the sync; overlapped likewise, the
+    data-parallel gradient sync once per layer."""
+    exposed = {name: m * layers * val for name, val in c.layer_parts.items()}
+    exposed["recompute"] = recompute_s
+    for s in stages:
+        for name, val in c.stage_parts[s].items():
+            exposed[name] = exposed.get(name, 0.0) + m * val
+    exposed["pipeline_bubble"] = bubble_s
+    exposed["grad_sync_and_optimizer"] = sync_s
+    overlapped = {name: float(m * layers * val) for name, val in c.overlapped_per_layer_s.items()
+                  if name != "dp_grad_sync"}
+    overlapped["dp_grad_sync"] = float(layers * c.overlapped_per_layer_s.get("dp_grad_sync", 0.0))
+    return {key: float(val) for key, val in exposed.items()}, overlapped
 
 
 def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
@@ -167,11 +179,8 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
         reports.append(ClassReport(
             replicas=k.replicas, num_micro_batches=k.num_micro_batches,
             pipeline_time_s=replica_time_s(c, k.num_micro_batches, n, r, plan.virtual_stages),
-            stages=tuple(StageReport(stage=s, group=hc.groups[g].name, layers=int(n[s]),
-                                     full_recompute_layers=int(r[s]),
-                                     time_per_micro_batch_s=float(t[s]), sync_time_s=float(d[s]),
-                                     mem_bytes=float(mem[s]), capacity_bytes=float(c.capacity_bytes[s]))
-                         for s, g in enumerate(k.stage_groups))))
+            stages=_stage_reports([hc.groups[g].name for g in k.stage_groups], n, r, t, d, mem,
+                                  c.capacity_bytes)))
     pipes = [k.pipeline_time_s for k in reports]
     slowest = int(np.argmax(pipes))
     iter_time = max(pipes) + max(syncs)
@@ -183,6 +192,15 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
         exposed, overlapped = {"pipeline": max(pipes), "grad_sync_and_optimizer": max(syncs)}, {}
     return _breakdown(inst, plan, hc, iter_time, max(pipes), max(syncs), exposed, overlapped,
                       tuple(reports), slowest, stage)
+
+
+def _stage_reports(groups: list[str], n, r, t, d, mem, capacity) -> tuple[StageReport, ...]:
+    """The StageReport of each row s of per-row arrays (layers, recomputed layers, time per
+    micro-batch, sync, memory, capacity) on node group groups[s]."""
+    return tuple(StageReport(stage=s, group=g, layers=int(n[s]), full_recompute_layers=int(r[s]),
+                             time_per_micro_batch_s=float(t[s]), sync_time_s=float(d[s]),
+                             mem_bytes=float(mem[s]), capacity_bytes=float(capacity[s]))
+                 for s, g in enumerate(groups))
 
 
 def _breakdown(inst: Instance, plan: Plan, hc: Cluster, iter_time_s: float, pipeline_s: float,
@@ -217,11 +235,8 @@ def _asymmetric(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,
     pacing = int(np.argmax(ac.micro_batches * t + (t.sum() - t)))
     report = ClassReport(
         replicas=1, num_micro_batches=k.num_micro_batches, pipeline_time_s=pipe,
-        stages=tuple(StageReport(stage=s, group=hc.groups[g].name, layers=int(n[s]),
-                                 full_recompute_layers=int(r[s]), time_per_micro_batch_s=float(t[s]),
-                                 sync_time_s=float(d[s]), mem_bytes=float(mem[s]),
-                                 capacity_bytes=float(ac.rows.capacity_bytes[s]))
-                     for s, g in enumerate(k.stage_groups)))
+        stages=_stage_reports([hc.groups[g].name for g in k.stage_groups], n, r, t, d, mem,
+                              ac.rows.capacity_bytes))
     return _breakdown(inst, plan, hc, pipe + sync, pipe, sync,
                       {"pipeline": pipe, "grad_sync_and_optimizer": sync}, {}, (report,), 0, pacing)
 
@@ -240,26 +255,13 @@ def _dualpipe(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency,
     n = np.array(plan.layers_per_stage, float)
     r = np.array(plan.full_recompute_layers, float)
     pair = (k, plan.pp - 1 - k)
-    layers_k = float(n[pair[0]] + n[pair[1]])
-    exposed = {name: m / 2 * layers_k * val for name, val in c.layer_parts.items()}
-    exposed["recompute"] = m / 2 * sum(r[s] * c.recompute_time_s[s] for s in pair)
-    for s in pair:
-        for name, val in c.stage_parts[s].items():
-            exposed[name] = exposed.get(name, 0.0) + m / 2 * val
-    exposed["pipeline_bubble"] = it.bubble_s
-    exposed["grad_sync_and_optimizer"] = float(it.sync_s.max())
-    exposed = {key: float(val) for key, val in exposed.items()}
+    exposed, overlapped = _parts(c, m / 2, float(n[pair[0]] + n[pair[1]]),
+                                 m / 2 * sum(r[s] * c.recompute_time_s[s] for s in pair), pair,
+                                 it.bubble_s, float(it.sync_s.max()))
     assert abs(sum(exposed.values()) - it.iter_time_s) <= 1e-9 * max(1.0, it.iter_time_s)
-    overlapped = {name: float(m / 2 * layers_k * val) for name, val in c.overlapped_per_layer_s.items()
-                  if name != "dp_grad_sync"}
-    overlapped["dp_grad_sync"] = float(layers_k * c.overlapped_per_layer_s.get("dp_grad_sync", 0.0))
-    group = hc.groups[0].name
     report = ClassReport(
         replicas=plan.dp, num_micro_batches=m, pipeline_time_s=float(it.steady_s.max() + it.bubble_s),
-        stages=tuple(StageReport(stage=d, group=group, layers=int(it.layers[d]),
-                                 full_recompute_layers=int(it.recompute_layers[d]),
-                                 time_per_micro_batch_s=float(it.time_per_micro_batch_s[d]),
-                                 sync_time_s=float(it.sync_s[d]), mem_bytes=float(it.mem_bytes[d]),
-                                 capacity_bytes=float(it.capacity_bytes[d])) for d in range(plan.pp)))
+        stages=_stage_reports([hc.groups[0].name] * plan.pp, it.layers, it.recompute_layers,
+                              it.time_per_micro_batch_s, it.sync_s, it.mem_bytes, it.capacity_bytes))
     return _breakdown(inst, plan, hc, it.iter_time_s, report.pipeline_time_s, float(it.sync_s.max()),
                       exposed, overlapped, (report,), 0, k, unit="device")

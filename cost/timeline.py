@@ -112,55 +112,8 @@ def one_f_one_b_events(c: StageCoefficients, n, r) -> list[Event]:
     p, m, v = c.pp, c.outer.num_micro_batches, c.outer.virtual_stages
     if v > 1 and m % p:
         raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by pp ({p})")
-    n, r = np.asarray(n, float), np.asarray(r, float)
-    t = schedule.stage_times_s(c, n, r)
-    d = schedule.sync_times_s(c, n)
-    rc = r * c.recompute_time_s
-    p2p = np.array([c.stage_parts[s].get("pp_p2p", 0.0) if c.stage_parts else 0.0 for s in range(p)])
-    work = t - rc - p2p
-    assert (work >= -1e-12 * np.maximum(t, 1.0)).all(), "stage time below its recompute + p2p parts"
-    work = np.maximum(work, 0.0)
-    fwd, bwd = work * FORWARD_SHARE / v, work * (1 - FORWARD_SHARE) / v
-    rc, half_p2p = rc / v, p2p / (2 * v)
-
-    orders = [_stage_order(s, p, m, v) for s in range(p)]
-    nxt = [0] * p
-    stage_free = [0.0] * p
-    done: dict[tuple[int, bool, int, int], float] = {}
-    events: list[Event] = []
-
-    def emit(s: int, kind: EventKind, start: float, dur: float, o: _Op) -> float:
-        if dur > 0:
-            events.append(Event(s, kind, start, start + dur, o.micro_batch, o.chunk, not o.forward))
-        return start + dur
-
-    remaining = sum(len(x) for x in orders)
-    while remaining:
-        progressed = False
-        for s in range(p):
-            while nxt[s] < len(orders[s]):
-                o = orders[s][nxt[s]]
-                dep = _dependency(s, o, p, v)
-                if dep is not None and dep not in done:
-                    break
-                now = max(stage_free[s], done[dep] if dep is not None else 0.0)
-                if o.forward:
-                    now = emit(s, EventKind.FORWARD, now, fwd[s], o)
-                else:
-                    now = emit(s, EventKind.RECOMPUTE, now, rc[s], o)
-                    now = emit(s, EventKind.BACKWARD, now, bwd[s], o)
-                now = emit(s, EventKind.SEND_RECV, now, half_p2p[s], o)
-                done[(s, o.forward, o.micro_batch, o.chunk)] = now
-                stage_free[s] = now
-                nxt[s] += 1
-                remaining -= 1
-                progressed = True
-        assert progressed, "the schedule deadlocked: the per-stage orders are inconsistent"
-    for s in range(p):
-        if d[s] > 0:
-            events.append(Event(s, EventKind.GRAD_SYNC_OPTIMIZER, stage_free[s], stage_free[s] + d[s],
-                                None, in_backward=True))
-    return events
+    orders = {(s, 0): _stage_order(s, p, m, v) for s in range(p)}
+    return _replay(c, orders, _pass_times(c, n, r, v), v)
 
 
 def asymmetric_events(c: StageCoefficients, stage_dp, held, n, r) -> list[Event]:
@@ -174,47 +127,64 @@ def asymmetric_events(c: StageCoefficients, stage_dp, held, n, r) -> list[Event]
     one_f_one_b_events. Micro-batch j's forward on stage s waits for its forward on stage
     s - 1 (whichever rank ran it), its backward for its backward on stage s + 1; a stage's
     gradient sync and step follows the last backward of all its ranks."""
-    p, total = c.pp, int(c.outer.num_micro_batches * stage_dp[0])  # rows.outer is stage 0's (m_0)
+    total = int(c.outer.num_micro_batches * stage_dp[0])  # rows.outer is stage 0's (m_0)
+    orders = {}
+    for s in range(c.pp):
+        for q in range(int(stage_dp[s])):
+            mine = list(range(q, total, int(stage_dp[s])))
+            w = int(held[s]) - 1
+            order = [_Op(True, j, 0) for j in mine[:w]]
+            for k in range(len(mine) - w):
+                order += [_Op(True, mine[w + k], 0), _Op(False, mine[k], 0)]
+            orders[s, q] = order + [_Op(False, j, 0) for j in mine[len(mine) - w:]]
+    return _replay(c, orders, _pass_times(c, n, r, 1), 1)
+
+
+def _pass_times(c: StageCoefficients, n, r, v: int):
+    """Per stage, (forward, recompute, backward, half the p2p) seconds of one pass of one of its
+    v chunks (module docstring), and its gradient sync and optimizer step D_s."""
     n, r = np.asarray(n, float), np.asarray(r, float)
     t, d = schedule.stage_times_s(c, n, r), schedule.sync_times_s(c, n)
     rc = r * c.recompute_time_s
-    p2p = np.array([c.stage_parts[s].get("pp_p2p", 0.0) if c.stage_parts else 0.0 for s in range(p)])
-    work = np.maximum(t - rc - p2p, 0.0)
-    fwd, bwd, half_p2p = work * FORWARD_SHARE, work * (1 - FORWARD_SHARE), p2p / 2
-    ranks = [(s, q) for s in range(p) for q in range(int(stage_dp[s]))]
-    orders = {}
-    for s, q in ranks:
-        mine = list(range(q, total, int(stage_dp[s])))
-        w = int(held[s]) - 1
-        order = [(True, j) for j in mine[:w]]
-        for k in range(len(mine) - w):
-            order += [(True, mine[w + k]), (False, mine[k])]
-        orders[s, q] = order + [(False, j) for j in mine[len(mine) - w:]]
-    nxt, free = dict.fromkeys(ranks, 0), dict.fromkeys(ranks, 0.0)
-    done: dict[tuple[int, bool, int], float] = {}
+    p2p = np.array([c.stage_parts[s].get("pp_p2p", 0.0) if c.stage_parts else 0.0 for s in range(c.pp)])
+    work = t - rc - p2p
+    assert (work >= -1e-12 * np.maximum(t, 1.0)).all(), "stage time below its recompute + p2p parts"
+    work = np.maximum(work, 0.0)
+    return work * FORWARD_SHARE / v, rc / v, work * (1 - FORWARD_SHARE) / v, p2p / (2 * v), d
+
+
+def _replay(c: StageCoefficients, orders: dict, times, v: int) -> list[Event]:
+    """The list schedule of `orders`, the operations each rank (stage s, rank q) runs in turn:
+    each starts when its rank is free and the operation it waits for (_dependency) has ended;
+    the passes of rank 0 of each stage are drawn, and a stage's gradient sync and optimizer
+    step follows the last pass of all its ranks."""
+    fwd, rc, bwd, half_p2p, d = times
+    p = c.pp
+    nxt, free = dict.fromkeys(orders, 0), dict.fromkeys(orders, 0.0)
+    done: dict[tuple[int, bool, int, int], float] = {}
     events: list[Event] = []
     remaining = sum(len(o) for o in orders.values())
     while remaining:
         progressed = False
-        for s, q in ranks:
-            while nxt[s, q] < len(orders[s, q]):
-                fw, j = orders[s, q][nxt[s, q]]
-                dep = ((s - 1, True, j) if s > 0 else None) if fw else ((s + 1, False, j) if s < p - 1 else None)
+        for (s, q), order in orders.items():
+            while nxt[s, q] < len(order):
+                o = order[nxt[s, q]]
+                dep = _dependency(s, o, p, v)
                 if dep is not None and dep not in done:
                     break
                 now = max(free[s, q], done[dep] if dep is not None else 0.0)
-                parts = ((EventKind.FORWARD, fwd[s]),) if fw else ((EventKind.RECOMPUTE, rc[s]), (EventKind.BACKWARD, bwd[s]))
+                parts = ((EventKind.FORWARD, fwd[s]),) if o.forward else ((EventKind.RECOMPUTE, rc[s]), (EventKind.BACKWARD, bwd[s]))
                 for kind, dur in parts + ((EventKind.SEND_RECV, half_p2p[s]),):
                     if dur > 0 and q == 0:
-                        events.append(Event(s, kind, now, now + dur, j, 0, not fw))
+                        events.append(Event(s, kind, now, now + dur, o.micro_batch, o.chunk, not o.forward))
                     now += dur
-                done[s, fw, j] = free[s, q] = now
+                done[s, o.forward, o.micro_batch, o.chunk] = free[s, q] = now
                 nxt[s, q] += 1
                 remaining -= 1
                 progressed = True
         assert progressed, "the schedule deadlocked: the per-rank orders are inconsistent"
     for s in range(p):
-        last = max(free[s, q] for q in range(int(stage_dp[s])))
+        last = max(t for (s2, _), t in free.items() if s2 == s)
         if d[s] > 0:
             events.append(Event(s, EventKind.GRAD_SYNC_OPTIMIZER, last, last + d[s], None, in_backward=True))
     return events

@@ -54,14 +54,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.cost.dualpipe import Kept
 from paraplan.formulations.multiclass import MultiClassResult
-from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S
+from paraplan.formulations.quantize import MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, time_quantum
 from paraplan.formulations.result import SolverError
 
 
@@ -315,9 +315,7 @@ def _pair_sums(p: DualPipeProblem, h: int, lo_N: int, R: np.ndarray):
 
 # problems whose tables _pair_table_sums keeps (a search solves about a hundred DualPipe
 # problems of Qwen3-235B, about 40 KB of tables each)
-PAIR_TABLES_KEPT = 256
-_TABLES: dict = {}
-_TABLES_LOCK = threading.Lock()  # a search may solve on several threads
+_TABLES = Kept(256)
 
 
 def _content_key(p: DualPipeProblem) -> tuple:
@@ -335,33 +333,23 @@ def _pair_table_sums(p: DualPipeProblem):
     the tables the exact search and the pair models read; None where a pair fits no count of
     layers at all (then no split fits; the pairs after it are not tabled).
 
-    Built once per problem and kept (read-only) for the last PAIR_TABLES_KEPT problems by value:
+    Built once per problem and kept (read-only) for the last 256 problems by value (_TABLES):
     each backend's search builds its own problem objects of the same configurations, and the
     tables were about a tenth of a CP-SAT or MILP search of Qwen3-235B (issue 32)."""
-    key = _content_key(p)
-    with _TABLES_LOCK:
-        if key in _TABLES:
-            return _TABLES[key]
-    out = _built_pair_table_sums(p)
-    if out is not None:
-        for row in out:
-            for x in (row[1], row[2], *row[3]):
-                x.setflags(write=False)
-    with _TABLES_LOCK:
-        while len(_TABLES) >= PAIR_TABLES_KEPT:
-            del _TABLES[next(iter(_TABLES))]  # the oldest
-        _TABLES[key] = out
-    return out
+    return _TABLES.get(_content_key(p), lambda: _built_pair_table_sums(p))
 
 
 def _built_pair_table_sums(p: DualPipeProblem):
-    """_pair_table_sums, built."""
+    """_pair_table_sums, built (read-only: kept and shared)."""
     out = []
     for h in range(p.pairs):
         lo_N, R, split = _pair_tables(p, h)
         if not np.isfinite(R).any():
             return None
         out.append((lo_N, R, split, _pair_sums(p, h, lo_N, R)))
+    for row in out:
+        for x in (row[1], row[2], *row[3]):
+            x.setflags(write=False)
     return out
 
 
@@ -506,16 +494,12 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
     all the solves together is held to `time_limit_s`. `cutoff_s`: the scaled objective is held
     to 2 (cutoff + E) / q, which every split of Z <= cutoff meets, so "infeasible" under it is
     status "cutoff" (no split below the cutoff)."""
-    from ortools.sat.python import cp_model
-
-    from paraplan.formulations.multiclass import deterministic_solver
+    from paraplan.formulations.multiclass import deterministic_solver, solved_status
 
     start = time.perf_counter()
     L, m = p.layers, p.num_micro_batches
     R = L if p.allow_full_recompute else 0
-    q = TIME_QUANTUM_S
-    while 2 * _upper_bound_s(p) / q > OBJECTIVE_LIMIT_QUANTA:
-        q *= 2
+    q = time_quantum(2 * _upper_bound_s(p))
     E = q * ((m / 2 + p.bubble_weight) * (2 + L + R) + 2 + L)
     cut = cutoff_s is not None and math.isfinite(cutoff_s)
     cuts: list[tuple[tuple[str, int, int, int], ...]] = []
@@ -529,12 +513,8 @@ def solve_cpsat(p: DualPipeProblem, time_limit_s: float = 10.0, seed: int = 0,
             model, n, r = _cpsat_model(p, q, R, cuts, limit_q)
             pick = lambda s, n=n, r=r: ([s.value(x) for x in n], [s.value(x) for x in r])  # noqa: E731
         solver = deterministic_solver(max(time_limit_s - spent, 1e-3), seed)
-        code = solver.solve(model)
+        status = solved_status(solver, model, "a DualPipe split")
         spent += solver.response_proto.deterministic_time
-        status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-                  cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}.get(code)
-        if status is None:
-            raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a DualPipe split")
         raw = solver.best_objective_bound
         bound = raw * q / 2 - E if math.isfinite(raw) else None
         if status == "infeasible":

@@ -99,8 +99,8 @@ from paraplan.cost.class_coefficients import iteration_time_s
 from paraplan.cost.schedule import first_stage_min_layers, fits
 from paraplan.cost import recompute_patterns
 from paraplan.cost.pipeline_split import slot_offsets, stage_layer_counts
-from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, OBJECTIVE_LIMIT_QUANTA, TIME_QUANTUM_S,
-                                           exact_memory_points, relaxed_mem)
+from paraplan.formulations.quantize import (MEM_QUANTUM_BYTES, exact_memory_points, relaxed_mem,
+                                           time_quantum)
 from paraplan.formulations.result import SolverError
 
 if TYPE_CHECKING:  # imported where a model is solved (deterministic_solver)
@@ -253,6 +253,19 @@ def deterministic_solver(time_limit_s: float, seed: int = 0, wall_limit_s: float
     return solver
 
 
+def solved_status(solver: cp_model.CpSolver, model: cp_model.CpModel, what: str) -> str:
+    """Solve `model`: "optimal", "feasible", "infeasible" or "timeout"; a SolverError naming
+    `what` (and the model's validation message) on any other CP-SAT status."""
+    from ortools.sat.python import cp_model
+    code = solver.solve(model)
+    statuses = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+                cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}
+    if code not in statuses:
+        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for {what}: "
+                          f"{model.validate() or 'no validation message'}")
+    return statuses[code]
+
+
 def _upper_bounds(p: MultiClassProblem, R: int) -> list[float]:
     """Per scenario, an upper bound of the iteration time of any solution."""
     L = p.layers
@@ -282,9 +295,7 @@ def _done(p: MultiClassProblem, status, backend, start, bound, tol, m=None, n=No
 
 def _quantisation(p: MultiClassProblem, ub: list[float], R: int) -> tuple[float, list[int], float]:
     """(time quantum q, rounded weights, quantisation error E) of the module docstring."""
-    q = TIME_QUANTUM_S
-    while max(ub) / q > OBJECTIVE_LIMIT_QUANTA:
-        q *= 2
+    q = time_quantum(max(ub))
     if p.objective == "weighted":
         w_hat = [round(w * WEIGHT_SCALE) for w in p.weights]
         weight_err = sum(abs(w - wh / WEIGHT_SCALE) * u for w, wh, u in zip(p.weights, w_hat, ub))
@@ -445,13 +456,7 @@ def solve_multiclass_cpsat(p: MultiClassProblem, time_limit_s: float = 10.0, see
 
     # the wall clock's share: the limit less the seconds spent building the model
     solver = deterministic_solver(time_limit_s, seed, time_limit_s - (time.perf_counter() - start))
-    code = solver.solve(model)
-    statuses = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-                cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "timeout"}
-    if code not in statuses:
-        raise SolverError(f"CP-SAT returned {solver.status_name(code)} for a multi-class split: "
-                          f"{model.validate() or 'no validation message'}")
-    status = statuses[code]
+    status = solved_status(solver, model, "a multi-class split")
     raw = solver.best_objective_bound
     bound = raw * scale - E if math.isfinite(raw) else None
     if status == "infeasible":

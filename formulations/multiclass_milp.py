@@ -197,38 +197,30 @@ def _scenario_rows(api, p: MultiClassProblem, si: int, cs, n, r, bits, big: list
                                         + 2 * c.layer_drain_saving_s).max()))
             pace = api.real_var(f"P_sc{si}_k{k}")
             for s in range(c.pp):
-                api.add(pace >= _count_times(api, p, si, k, s, T[s], U, bits[k]) + w[s] * (1 / v),
-                        f"C6z_pace_sc{si}_k{k}_s{s}")
+                api.add(pace >= _count_times(api, p, k, T[s], U, bits[k], f"sc{si}_k{k}_s{s}", "z")
+                        + w[s] * (1 / v), f"C6z_pace_sc{si}_k{k}_s{s}")
             api.add(Z >= pace + (sum(T) - sum(w)) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
             continue
-        if p.classes == 1:
-            fixed = p.total_micro_batches // p.replicas[0]
-            api.add(Z >= (fixed - 1 / v) * T_max + sum(T) * (1 / v), f"C8_pipeline_sc{si}_k{k}")
-            continue
-        ys = []
-        for j, beta in enumerate(bits[k]):
-            y = api.real_var(f"y_sc{si}_k{k}_j{j}", lb=0.0)
-            api.add(y >= T_max - U * (1 - beta), f"C9_product_sc{si}_k{k}_j{j}")
-            ys.append(2**j * p.micro_batch_step(k) * y)
-        api.add(Z >= (p.min_micro_batches(k) - 1 / v) * T_max + sum(ys) + sum(T) * (1 / v),
+        api.add(Z >= _count_times(api, p, k, T_max, U, bits[k], f"sc{si}_k{k}", "") + sum(T) * (1 / v),
                 f"C8_pipeline_sc{si}_k{k}")
     return Z + D
 
 
-def _count_times(api, p: MultiClassProblem, si: int, k: int, s: int, T_s, U: float, bits):
-    """(m_k - 1/v) T_s of a zero-bubble schedule's row C6z for stage s: linear for a lone class
-    (m fixed by the batch); of several, m_k = lo_k + st_k sum_j 2^j beta_kj and each bit's
-    product with T_s a y_skj >= T_s - U (1 - beta_kj), y >= 0 (C9z, as C9 for T_max): at an
-    optimum y = beta T_s, and any larger y only lengthens the row."""
+def _count_times(api, p: MultiClassProblem, k: int, T, U: float, bits, where: str, z: str):
+    """(m_k - 1/v) T of class k's rows C8 (T its T_max) and C6z (a stage's T_s, under a
+    zero-bubble schedule): linear for a lone class (m fixed by the batch); of several,
+    m_k = lo_k + st_k sum_j 2^j beta_kj and each bit's product with T a y_kj >= T - U (1 - beta_kj),
+    y >= 0 (C9 for T_max; C9z, z = "z", for T_s; `where` names the scenario, class and stage): at
+    an optimum y = beta T, and any larger y only lengthens the row."""
     v = p.virtual_stages
     if p.classes == 1:
-        return (p.total_micro_batches // p.replicas[0] - 1 / v) * T_s
+        return (p.total_micro_batches // p.replicas[0] - 1 / v) * T
     ys = []
     for j, beta in enumerate(bits):
-        y = api.real_var(f"yz_sc{si}_k{k}_s{s}_j{j}", lb=0.0)
-        api.add(y >= T_s - U * (1 - beta), f"C9z_product_sc{si}_k{k}_s{s}_j{j}")
+        y = api.real_var(f"y{z}_{where}_j{j}", lb=0.0)
+        api.add(y >= T - U * (1 - beta), f"C9{z}_product_{where}_j{j}")
         ys.append(2**j * p.micro_batch_step(k) * y)
-    return (p.min_micro_batches(k) - 1 / v) * T_s + sum(ys)
+    return (p.min_micro_batches(k) - 1 / v) * T + sum(ys)
 
 
 def _exclude(api, c, s: int, n_var, r_var, n0: int, r0: int, L: int, R: int, name: str) -> None:

@@ -153,11 +153,8 @@ CAP_SLACK = 1e-9
 
 
 def _per_iteration_caps(s, pb: PartitionProblem, x, params_cap: float, sync_cap_s: float) -> None:
-    if np.isfinite(params_cap):
-        s.Add(sum(float(pb.replicated_params[o][p]) / MEM_UNIT_BYTES * v for o in pb.ops
-                  for p, v in enumerate(x[o])) <= params_cap * (1 + CAP_SLACK) / MEM_UNIT_BYTES,
-              "C6_params")
-    if np.isfinite(sync_cap_s):
-        s.Add(sum(float(pb.grad_sync_s[o][p]) / TIME_UNIT_S * v for o in pb.ops
-                  for p, v in enumerate(x[o])) <= sync_cap_s * (1 + CAP_SLACK) / TIME_UNIT_S,
-              "C7_sync")
+    for table, cap, unit, name in ((pb.replicated_params, params_cap, MEM_UNIT_BYTES, "C6_params"),
+                                   (pb.grad_sync_s, sync_cap_s, TIME_UNIT_S, "C7_sync")):
+        if np.isfinite(cap):
+            s.Add(sum(float(table[o][p]) / unit * v for o in pb.ops for p, v in enumerate(x[o]))
+                  <= cap * (1 + CAP_SLACK) / unit, name)

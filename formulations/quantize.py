@@ -217,6 +217,15 @@ def exact_memory_points(c: StageCoefficients, v: int, max_recompute: int, mu: in
     return allowed, forbidden
 
 
+def time_quantum(objective_ub_s: float) -> float:
+    """The smallest 1 ns x 2^j that keeps a scaled objective of at most `objective_ub_s` seconds
+    below OBJECTIVE_LIMIT_QUANTA (every model that rounds times to a quantum takes it so)."""
+    q = TIME_QUANTUM_S
+    while objective_ub_s / q > OBJECTIVE_LIMIT_QUANTA:
+        q *= 2
+    return q
+
+
 def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> QuantizedCoefficients:
     """Round the coefficients to integers: times to nearest, memory use up, capacity down."""
     pp, L, m, v = c.pp, c.layers, c.outer.num_micro_batches, c.outer.virtual_stages
@@ -227,10 +236,7 @@ def quantize(c: StageCoefficients, allow_full_recompute: bool = True) -> Quantiz
 
     t_stage_ub = np.abs(c.stage_time_s) + L * np.abs(c.layer_time_s) + R * np.abs(c.recompute_time_s)
     d_stage_ub = np.abs(c.stage_sync_time_s) + L * np.abs(c.layer_sync_time_s)
-    objective_ub_s = (v * m - 1 + pp) * t_stage_ub.max() + v * d_stage_ub.max()
-    q = TIME_QUANTUM_S
-    while objective_ub_s / q > OBJECTIVE_LIMIT_QUANTA:
-        q *= 2
+    q = time_quantum((v * m - 1 + pp) * t_stage_ub.max() + v * d_stage_ub.max())
 
     mu = MEM_QUANTUM_BYTES
     layer_mem = c.layer_state_bytes + c.layer_act_bytes

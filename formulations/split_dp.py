@@ -235,13 +235,20 @@ def lagrangian_sum_bound(T: np.ndarray, feasible: np.ndarray, N: int,
             lo = x + step + 1
             step *= 2
         hi = min(hi, x + step)
+    lo = _least(past_max, lo, hi)
+    return phi(lo), lo
+
+
+def _least(holds, lo: int, hi: int) -> int:
+    """The least x in [lo, hi] with holds(x), by bisection: `holds` is false below some point
+    and true from it on (hi where it holds nowhere below hi)."""
     while lo < hi:
         mid = (lo + hi) // 2
-        if past_max(mid):
+        if holds(mid):
             hi = mid
         else:
             lo = mid + 1
-    return phi(lo), lo
+    return lo
 
 
 def _step_guess(T: np.ndarray, feasible: np.ndarray, N: int) -> int:
@@ -319,13 +326,8 @@ class _Search:
         def taken(level: int) -> np.ndarray:
             return np.minimum(room, self._count(self.flat_steps, self.off_steps, level, self.steps.shape[1]))
 
-        lo, hi = int(self.steps.min()), int(self.steps.max())
-        while lo < hi:  # the smallest level at which `need` steps are <= level
-            mid = (lo + hi) // 2
-            if taken(mid).sum() >= need:
-                hi = mid
-            else:
-                lo = mid + 1
+        # the smallest level at which `need` steps are <= level
+        lo = _least(lambda level: taken(level).sum() >= need, int(self.steps.min()), int(self.steps.max()))
         below = taken(lo - 1)
         rows = np.arange(self.pp)
         return base + int(self.step_prefix[rows, below].sum()) + (need - int(below.sum())) * lo
@@ -625,26 +627,14 @@ def _solve_split(c: StageCoefficients, allow_full_recompute: bool = True,
         """Smallest index i in [i_lo, i_hi] with taus[i] passing the necessary test."""
         if search.limits(int(taus[i_hi]), delta) is None:
             return None
-        while i_lo < i_hi:
-            mid = (i_lo + i_hi) // 2
-            if search.limits(int(taus[mid]), delta) is None:
-                i_lo = mid + 1
-            else:
-                i_hi = mid
-        return i_lo
+        return _least(lambda i: search.limits(int(taus[i]), delta) is not None, i_lo, i_hi)
 
     top = len(taus) - 1
     i0 = first_feasible_tau(int(deltas[-1]), 0, top)
     if i0 is None:
         return result("infeasible", None, None)
     # first row: the smallest delta with any admissible split
-    d_lo, d_hi = 0, len(deltas) - 1
-    while d_lo < d_hi:
-        mid = (d_lo + d_hi) // 2
-        if search.limits(int(taus[-1]), int(deltas[mid])) is None:
-            d_lo = mid + 1
-        else:
-            d_hi = mid
+    d_lo = _least(lambda d: search.limits(int(taus[-1]), int(deltas[d])) is not None, 0, len(deltas) - 1)
 
     if best_k is None and cut_f < INF and alpha * int(taus[i0]) + beta * int(deltas[d_lo]) + lsum >= best_f:
         # every split has T_max >= taus[i0], D_max >= deltas[d_lo] and sum T >= Lsum: none

@@ -196,8 +196,7 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
            '<rect width="100%" height="100%" fill="white"/>']
     for s in range(pp):
         y = top + s * ROW_PX
-        out.append(f'<text x="{LEFT_PX - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
-                   f' font-size="11">{html.escape(labels[s])}</text>')
+        out.append(_row_label(LEFT_PX, y, labels[s]))
         if s % 2:
             out.append(f'<rect x="{LEFT_PX}" y="{y}" width="{width - LEFT_PX - RIGHT_PX:.0f}"'
                        f' height="{ROW_PX}" fill="#f6f6f6"/>')
@@ -206,12 +205,20 @@ def gantt_svg(events: list[timeline.Event], pp: int, m: int, v: int, objective_s
     out += _event_rects(events, ax, top, labels, v)
     if cut:
         out.append(_steady_marks(ax, cut, top, pp, objective_s))
-    xo = ax.x(objective_s)
-    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top - 6}" y2="{ybot + 4}" stroke="black"'
-               f' stroke-dasharray="5 3" stroke-width="1.4"><title>planner objective'
-               f' {seconds(objective_s)}</title></line>')
-    out.append("</svg>")
+    out.append(_dashed_line(ax.x(objective_s), top, ybot, f"planner objective {seconds(objective_s)}") + "</svg>")
     return "".join(out), cut
+
+
+def _row_label(left_px: float, y: float, label: str) -> str:
+    """A chart row's label, right-aligned left of the time axis."""
+    return (f'<text x="{left_px - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
+            f' font-size="11">{html.escape(label)}</text>')
+
+
+def _dashed_line(x: float, top: float, ybot: float, title: str) -> str:
+    """The dashed vertical line at the priced iteration time, `title` its tooltip."""
+    return (f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top - 6}" y2="{ybot + 4}" stroke="black"'
+            f' stroke-dasharray="5 3" stroke-width="1.4"><title>{title}</title></line>')
 
 
 def chart_width_px(events: list[timeline.Event], span_s: float, cut: Cut | None) -> float:
@@ -335,8 +342,7 @@ def phases_svg(rows: list[tuple[str, list[Phase]]], total_s: float, title: str) 
     out += _time_axis(ax, None, total_s, TOP_PX, ybot)
     for i, (label, phases) in enumerate(rows):
         y = TOP_PX + i * ROW_PX
-        out.append(f'<text x="{left - 6}" y="{y + ROW_PX / 2 + 4:.1f}" text-anchor="end"'
-                   f' font-size="11">{html.escape(label)}</text>')
+        out.append(_row_label(left, y, label))
         for ph in phases:
             x0, w = ax.x(ph.start_s), (ph.end_s - ph.start_s) * ax.px_per_s
             out.append(f'<rect class="ev k-{ph.kind}" data-kind="{ph.kind}" data-start-s="{ph.start_s!r}"'
@@ -348,10 +354,8 @@ def phases_svg(rows: list[tuple[str, list[Phase]]], total_s: float, title: str) 
                 out.append(f'<text x="{x0 + w / 2:.1f}" y="{y + ROW_PX / 2 + 4:.1f}" font-size="10"'
                            f' fill="{fill}" text-anchor="middle" pointer-events="none">'
                            f'{html.escape(ph.label)}</text>')
-    xo = ax.x(total_s)
-    out.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{TOP_PX - 6}" y2="{ybot + 4}" stroke="black"'
-               f' stroke-dasharray="5 3" stroke-width="1.4"><title>priced iteration time'
-               f' {seconds(total_s)}</title></line></svg>')
+    out.append(_dashed_line(ax.x(total_s), TOP_PX, ybot, f"priced iteration time {seconds(total_s)}")
+               + "</svg>")
     return "".join(out)
 
 
