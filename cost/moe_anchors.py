@@ -17,6 +17,8 @@ from pathlib import Path
 
 from paraplan.cost.calibration import PUBLISHED_DIR
 from paraplan.cost.class_coefficients import class_placement
+from paraplan.cost.coefficients import Placement
+from paraplan.cost.plan_specs import Plan
 from paraplan.cost.readers.instance import instance_from_mapping
 from paraplan.cost.readers.plan_reader import plan_from_mapping
 from paraplan.cost.readers.strict_yaml import read_yaml
@@ -103,10 +105,7 @@ def pricer(row: dict) -> Callable[[], AnchorPrice]:
     issue 32). The plan is checked against the instance, and its classes placed on the cluster,
     once here too (simulate's `checked` and `placements`): neither reads MoeParams, so each call
     would repeat the same check and placement (29% of a price under a profiler)."""
-    inst = anchor_instance(row)
-    plan = plan_from_mapping(row["paraplan_plan"], inst, row["id"])
-    plan.check_against(inst)  # as simulate checks it (the reader checks a flat plan on group_alone)
-    placements = tuple(class_placement(inst.cluster, plan.outer, k) for k in range(len(plan.classes)))
+    inst, plan, placements = read_plan(row)
     published = float(row["measured"]["value"])
 
     def priced() -> AnchorPrice:
@@ -117,6 +116,15 @@ def pricer(row: dict) -> Callable[[], AnchorPrice]:
                            error_pct=100 * (bd.megatron_tflops_per_gpu / published - 1), fits_memory=bd.fits,
                            host_bound=bool(row.get("host_bound", False)))
     return priced
+
+
+def read_plan(row: dict) -> tuple[Instance, Plan, tuple[Placement, ...]]:
+    """The row's instance, its plan checked against it, and the plan's classes placed on its
+    cluster: what `pricer` reads once for all its prices (simulate's `checked`, `placements`)."""
+    inst = anchor_instance(row)
+    plan = plan_from_mapping(row["paraplan_plan"], inst, row["id"])
+    plan.check_against(inst)  # as simulate checks it (the reader checks a flat plan on group_alone)
+    return inst, plan, tuple(class_placement(inst.cluster, plan.outer, k) for k in range(len(plan.classes)))
 
 
 def _simulated(row: dict, **gpu):

@@ -25,7 +25,9 @@ so each fold's optimum on the grid is exact, not a local search's, and the folds
 prices. 72,192 prices over the 33 rows: about 92 s of CPU (measured at load 12; each row's
 instance and plan read once, moe_anchors.pricer; 173 s when every price read them anew), and
 since every point of a row is priced on that one instance, what reads no MoeParams priced once
-for all of them, 63.1 -> 49.4 s (grid_log_errors, base and branch side by side, issue 32).
+for all of them, 63.1 -> 49.4 s (grid_log_errors, base and branch side by side, issue 32); each
+point reading only the iteration time, not simulate's whole breakdown (log_error_pricer), 19.8-20.1
+-> 11.0-11.5 s of CPU, grid_log_errors equal to the bit (paired, load 10-12, issue 32).
 
 Leave one table out: for each table T, the parameters are fitted on the other tables' rows and
 T's rows predicted with them. Those out-of-sample errors are what `paraplan accuracy --moe`
@@ -39,14 +41,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from paraplan.cost import moe_anchors, moe_params
+from paraplan.cost.flops import megatron_tflops_per_gpu
 from paraplan.cost.moe_params import MoeParams, UNFITTED
+from paraplan.cost.simulate import iter_time_s
 from paraplan.cost.trust import RANK_MIN_REL_DIFF
 
 CROSSVAL_FILE = moe_anchors.ANCHORS_PATH.with_name("moe_crossval.yaml")
@@ -91,6 +95,23 @@ def _log_error(a: moe_anchors.AnchorPrice) -> float:
     return math.log(a.megatron_tflops_per_gpu / a.published_tflops_per_gpu)
 
 
+def log_error_pricer(row: dict) -> Callable[[], float]:
+    """_log_error(price_with(row, ·)) under the MoeParams in force, the same float, as a
+    function to call once per grid point: the row read once (moe_anchors.pricer), and each call
+    reads only the iteration time (simulate.iter_time_s), not simulate's whole breakdown, of
+    which the fit reads one number (issue 32). Model TFLOP/s per GPU as simulate's breakdown
+    computes it: tokens a second from that time, every GPU of the cluster counted."""
+    inst, plan, placements = moe_anchors.read_plan(row)
+    published = float(row["measured"]["value"])
+
+    def log_error() -> float:
+        # the row ran: priced against the whole HBM, no planning reserve (moe_anchors.pricer)
+        time_s = iter_time_s(inst, plan, reserve_bytes=0.0, checked=True, placements=placements)
+        tokens_per_s = inst.job.global_batch * inst.model.seq_len / time_s
+        return math.log(megatron_tflops_per_gpu(inst.model, tokens_per_s, inst.cluster.num_gpus) / published)
+    return log_error
+
+
 def _point(index: Sequence[int]) -> MoeParams:
     return MoeParams(**{n: GRID[n][i] for n, i in zip(NAMES, index)})
 
@@ -112,13 +133,13 @@ def grid_log_errors(rows: Sequence[dict]) -> np.ndarray:
         base = [NAMES.index(n) for n in NAMES]
         start = [GRID[n].index(getattr(UNFITTED, n)) for n in NAMES]
         sub = np.empty([shape[i] for i in moving]) if moving else np.empty(())
-        priced = moe_anchors.pricer(row)  # price_with(row, ·), the row read once
+        log_error = log_error_pricer(row)
         for combo in itertools.product(*(range(shape[i]) for i in moving)):
             index = list(start)
             for i, c in zip(moving, combo):
                 index[i] = c
             with moe_params.using(_point(index)):
-                sub[combo] = _log_error(priced())
+                sub[combo] = log_error()
         # broadcast over the parameters the row does not read
         view = sub.reshape([shape[i] if i in moving else 1 for i in base])
         out[k] = np.broadcast_to(view, shape)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost import schedule
-from paraplan.cost.class_coefficients import class_coefficients, replica_time_s
+from paraplan.cost.class_coefficients import class_coefficients, iteration_time_s, replica_time_s
 from paraplan.cost.coefficients import Placement, StageCoefficients
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.flops import megatron_tflops_per_gpu, model_flops_per_token
@@ -165,9 +165,7 @@ def simulate(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
     if is_asymmetric(plan.outer):
         return _asymmetric(inst, plan, hc, net, reserve)
     if coeffs is None:
-        coeffs = class_coefficients(inst, hc, plan.outer, net, reserve,
-                                    tuple(k.num_micro_batches for k in plan.classes),
-                                    tuple(k.partitions for k in plan.classes), placements)
+        coeffs = _coefficients(inst, plan, hc, net, reserve, placements)
     reports, splits, syncs = [], [], []
     for c, k in zip(coeffs, plan.classes):
         n = np.array(k.layers_per_stage, float)
@@ -201,6 +199,34 @@ def _stage_reports(groups: list[str], n, r, t, d, mem, capacity) -> tuple[StageR
                              time_per_micro_batch_s=float(t[s]), sync_time_s=float(d[s]),
                              mem_bytes=float(mem[s]), capacity_bytes=float(capacity[s]))
                  for s, g in enumerate(groups))
+
+
+def iter_time_s(inst: Instance, plan: Plan, net: NetEfficiency = NetEfficiency(),
+                reserve_bytes: float | None = None, *, checked: bool = False,
+                placements: tuple[Placement, ...] | None = None) -> float:
+    """simulate(inst, plan, net, reserve_bytes, ...).iter_time_s, the same float, without the
+    breakdown (each stage's report and memory, the critical path's parts, the throughput
+    figures), which was about half of each of cost/moe_fit's grid prices, where only the time
+    is read (issue 32). A DualPipe or asymmetric plan is simulated whole."""
+    if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE or is_asymmetric(plan.outer):
+        return simulate(inst, plan, net, reserve_bytes, checked=checked, placements=placements).iter_time_s
+    if not checked:
+        plan.check_against(inst)
+    reserve = inst.search.memory_reserve_bytes if reserve_bytes is None else reserve_bytes
+    coeffs = _coefficients(inst, plan, inst.cluster, net, reserve, placements)
+    # the sum simulate reads: the slowest class's replica_time_s plus the slowest stage's sync
+    return iteration_time_s(coeffs, [k.num_micro_batches for k in plan.classes],
+                            [np.array(k.layers_per_stage, float) for k in plan.classes],
+                            [np.array(k.full_recompute_layers, float) for k in plan.classes],
+                            plan.virtual_stages)
+
+
+def _coefficients(inst: Instance, plan: Plan, hc: Cluster, net: NetEfficiency, reserve_bytes: float,
+                  placements: tuple[Placement, ...] | None) -> list[StageCoefficients]:
+    """Each class's stage coefficients on `hc`, at its own micro-batch count and partitions."""
+    return class_coefficients(inst, hc, plan.outer, net, reserve_bytes,
+                              tuple(k.num_micro_batches for k in plan.classes),
+                              tuple(k.partitions for k in plan.classes), placements)
 
 
 def _breakdown(inst: Instance, plan: Plan, hc: Cluster, iter_time_s: float, pipeline_s: float,

@@ -9,6 +9,7 @@ The coefficients carry k W per layer as layer_drain_saving_s (k w t_s)."""
 from __future__ import annotations
 
 import dataclasses
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -72,7 +73,8 @@ def test_zbv_split_by_hand(backend):
 def interleaved_seeds(count: int) -> list[int]:
     """The first `count` seeds of random_coefficients with v = 2 (zero-bubble schedules
     interleave)."""
-    return [s for s in range(200) if random_coefficients(s)[0].outer.virtual_stages == 2][:count]
+    # islice: the search stops at the count-th (seed 17 of 12), not at 200 (issue 32)
+    return list(islice((s for s in range(200) if random_coefficients(s)[0].outer.virtual_stages == 2), count))
 
 
 @pytest.mark.parametrize("seed", interleaved_seeds(12))

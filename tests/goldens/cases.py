@@ -111,8 +111,8 @@ def plan_bundled(rel: str, objective: str) -> dict:
 
 
 def homogeneous_seeds() -> list[int]:
-    from robustness.test_agreement import SEEDS
-    return list(SEEDS)
+    from robustness.test_agreement import agreement_seeds
+    return list(agreement_seeds())
 
 
 def plan_random_homogeneous(seed: int) -> dict:

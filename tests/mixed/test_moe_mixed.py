@@ -111,9 +111,23 @@ def moe_cluster_instance(seed: int):
                    scenarios=scenarios)
 
 
-# the first 20 seeds whose space has some ep > 1 (a draw of 2 experts on one replica has none)
-MOE_SEEDS = list(islice((s for s in range(40) if any(o.ep > 1 for o in declared_outers(moe_cluster_instance(s)))),
-                        20))
+N_MOE, N_FOLD, N_SHARED = 20, 8, 6
+
+
+def _first(count: int, seeds, keep) -> list[int]:
+    """The first `count` of `seeds` that `keep`, asserted to be that many (the cases are
+    parametrized by position, 0 to count - 1)."""
+    out = list(islice((s for s in seeds if keep(s)), count))
+    assert len(out) == count, out
+    return out
+
+
+@pytest.fixture(scope="module")
+def moe_seeds() -> list[int]:
+    """The first N_MOE seeds whose space has some ep > 1 (a draw of 2 experts on one replica has
+    none), searched once per test process that runs a test reading them, not at every
+    worker's collection (issue 32)."""
+    return _first(N_MOE, range(40), lambda s: any(o.ep > 1 for o in declared_outers(moe_cluster_instance(s))))
 
 
 # the agreement cases and the not-vacuous checks read the same exhaustive optima, listed once per
@@ -132,26 +146,27 @@ def _moe_case(seed: int):
 
 
 @SAME_OPTIMA
-@pytest.mark.parametrize("seed", MOE_SEEDS)
+@pytest.mark.parametrize("case", range(N_MOE))
 @pytest.mark.parametrize("objective", ["nominal", "robust"])
-def test_solvers_match_exhaustive_on_random_mixed_moe(seed, objective):
+def test_solvers_match_exhaustive_on_random_mixed_moe(moe_seeds, case, objective):
     """CP-SAT = MILP = exhaustive over the class space with ep > 1 and dense prefixes."""
+    seed = moe_seeds[case]
     inst, ex = _moe_case(seed) if objective == "nominal" else (moe_cluster_instance(seed), None)
     d = inst.model.moe.dense_layers
     for res in _solvers_match_exhaustive(inst, objective, ex):
         assert all(c.layers_per_stage[0] >= res.plan.virtual_stages * d for c in res.plan.classes)
 
 
-@pytest.mark.parametrize("seed", MOE_SEEDS[:8])
-def test_solvers_match_exhaustive_on_random_mixed_moe_with_zero3(seed):
+@pytest.mark.parametrize("case", range(8))
+def test_solvers_match_exhaustive_on_random_mixed_moe_with_zero3(moe_seeds, case):
     """The same with ZeRO-3 beside ZeRO-1: the experts' weights sharded over the
     expert-data-parallel group, which on a mixed cluster spans every class's copies."""
-    inst = moe_cluster_instance(seed)
+    inst = moe_cluster_instance(moe_seeds[case])
     _solvers_match_exhaustive(replace(inst, search=replace(inst.search, zero=(1, 3))))
 
 
-@pytest.mark.parametrize("seed", MOE_SEEDS[:8])
-def test_solvers_match_exhaustive_on_random_mixed_moe_with_deepep_and_moe_act(seed):
+@pytest.mark.parametrize("case", range(8))
+def test_solvers_match_exhaustive_on_random_mixed_moe_with_deepep_and_moe_act(moe_seeds, case):
     """DeepEP's dispatch and the experts' activation recompute on a mixed cluster: priced (the
     objective differs from DeepEP's without the recompute on every seed with a plan) and agreed
     on by every method. (Against Megatron's all-to-all without recompute it need not differ: at
@@ -159,7 +174,7 @@ def test_solvers_match_exhaustive_on_random_mixed_moe_with_deepep_and_moe_act(se
     forward and backward, costs what the recompute does, 6 fe bytes a copy, where h = fe / 4, as
     on seed 0: hidden 512, expert ffn 2,048.)"""
     from paraplan.cost.specs import MoeDispatcher, RecomputeModule
-    inst = moe_cluster_instance(seed)
+    inst = moe_cluster_instance(moe_seeds[case])
     inst = replace(inst, search=replace(inst.search, full_recompute=False))
     inst = replace(inst, job=replace(inst.job, moe_dispatcher=MoeDispatcher.DEEPEP))
     opts = replace(inst, job=replace(inst.job, recompute_modules=(RecomputeModule.MOE_ACT,)))
@@ -187,14 +202,14 @@ def _solvers_match_exhaustive(inst, objective: str = "nominal", ex=None):
 
 
 @SAME_OPTIMA
-def test_random_mixed_moe_instances_exercise_expert_parallelism():
+def test_random_mixed_moe_instances_exercise_expert_parallelism(moe_seeds):
     """The agreement above is not vacuous: some optima shard the experts across a class that
     spans both groups, some hold a dense prefix of 2 layers, some keep ep = 1 and some
     instances are infeasible (seen on these seeds: 12 with ep > 1, one of them (seed 1) ep = 2
     on a class whose stages span both groups, its first stage holding the 2-layer prefix; 4
     with a 2-layer prefix; 7 with ep = 1; 1 infeasible)."""
     seen = {"ep>1": 0, "ep>1 on both groups": 0, "prefix of 2": 0, "ep=1": 0, "infeasible": 0}
-    for seed in MOE_SEEDS:
+    for seed in moe_seeds:
         inst, ex = _moe_case(seed)
         if ex.plan is None:
             seen["infeasible"] += 1
@@ -215,9 +230,10 @@ def fold_cluster_instance(seed: int):
                    search=replace(inst.search, tp=(2, 4), sequence_parallel=(True,)))
 
 
-# the first 8 seeds whose space offers etp != tp
-FOLD_SEEDS = list(islice((s for s in range(40)
-                          if any(o.etp is not None for o in declared_outers(fold_cluster_instance(s)))), 8))
+@pytest.fixture(scope="module")
+def fold_seeds() -> list[int]:
+    """The first N_FOLD seeds whose space offers etp != tp (as moe_seeds)."""
+    return _first(N_FOLD, range(40), lambda s: any(o.etp is not None for o in declared_outers(fold_cluster_instance(s))))
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,30 +245,30 @@ def _fold_case(seed: int):
 
 
 @SAME_OPTIMA
-@pytest.mark.parametrize("seed", FOLD_SEEDS)
-def test_solvers_match_exhaustive_on_random_mixed_folding(seed):
+@pytest.mark.parametrize("case", range(N_FOLD))
+def test_solvers_match_exhaustive_on_random_mixed_folding(fold_seeds, case):
     """CP-SAT = MILP = exhaustive over the class space with expert tensor parallel choices;
     exhaustive search's optimum folds the experts (etp != tp) on most of these seeds (seen: 6
     of 8, the other 2 infeasible), so the agreement covers the folded layout's pricing."""
-    inst, ex = _fold_case(seed)
+    inst, ex = _fold_case(fold_seeds[case])
     _solvers_match_exhaustive(inst, "nominal", ex)
 
 
 @SAME_OPTIMA
-def test_random_mixed_folding_instances_fold():
+def test_random_mixed_folding_instances_fold(fold_seeds):
     seen = {"etp!=tp": 0, "etp=tp or infeasible": 0}
-    for seed in FOLD_SEEDS:
+    for seed in fold_seeds:
         plan = _fold_case(seed)[1].plan
         seen["etp!=tp" if plan is not None and plan.etp is not None else "etp=tp or infeasible"] += 1
     assert seen["etp!=tp"] >= 4, seen
 
 
-def test_a_mixed_plan_file_keeps_its_expert_tensor_parallel_degree():
+def test_a_mixed_plan_file_keeps_its_expert_tensor_parallel_degree(fold_seeds):
     # a folded optimum of the random mixed instances, written as a plan file and read back:
     # the same plan, etp included (a plan without etp writes none: etp = tp)
     from paraplan.cost.readers.plan_reader import plan_from_mapping
     from paraplan.cost.readers.plan_writer import plan_to_mapping
-    seed = next(s for s in FOLD_SEEDS if exhaustive(fold_cluster_instance(s)).plan is not None)
+    seed = next(s for s in fold_seeds if exhaustive(fold_cluster_instance(s)).plan is not None)
     inst = fold_cluster_instance(seed)
     plan = exhaustive(inst).plan
     assert plan.etp is not None
@@ -352,17 +368,16 @@ def test_the_pairing_rule_removes_exactly_the_single_micro_batch_counts(tmp_path
     assert exhaustive(on).candidates == summarize(on, declared_outers(on)).plans_total
 
 
-SHARED_SEEDS = [s for s in MOE_SEEDS if moe_cluster_instance(s).model.moe.shared_ffn][:6]
 # seeds whose space has pipeline-free classes of several beside ep > 1 (scanned: 61, 63, 64, 67)
 PAIRED_SEEDS = [61, 63, 64, 67]
 
 
-@pytest.mark.parametrize("seed", MOE_SEEDS[:6] + PAIRED_SEEDS)
-def test_solvers_match_exhaustive_on_random_mixed_moe_with_a2a_overlap(seed):
+@pytest.mark.parametrize("case", range(6 + len(PAIRED_SEEDS)))
+def test_solvers_match_exhaustive_on_random_mixed_moe_with_a2a_overlap(moe_seeds, case):
     """CP-SAT = MILP = exhaustive with Megatron-core's combined 1F1B on a mixed cluster: the
     all-to-alls of ep > 1 classes without a pipeline (or interleaved) hidden at 0.46 of what the
     paired compute covers, their counts >= 2 (tests above)."""
-    inst = moe_cluster_instance(seed)
+    inst = moe_cluster_instance((moe_seeds[:6] + PAIRED_SEEDS)[case])
     inst = replace(inst, search=replace(inst.search, full_recompute=False),
                    job=replace(inst.job, moe_a2a_overlap=True))
     for res in _solvers_match_exhaustive(inst):
@@ -377,7 +392,8 @@ def test_the_paired_seeds_offer_pipeline_free_classes_of_several_with_experts_sp
                    for o in declared_outers(inst)), seed
 
 
-@pytest.mark.parametrize("seed", SHARED_SEEDS)
-def test_solvers_match_exhaustive_on_random_mixed_moe_with_shared_expert_overlap(seed):
-    inst = moe_cluster_instance(seed)
+@pytest.mark.parametrize("case", range(N_SHARED))
+def test_solvers_match_exhaustive_on_random_mixed_moe_with_shared_expert_overlap(moe_seeds, case):
+    shared = _first(N_SHARED, moe_seeds, lambda s: moe_cluster_instance(s).model.moe.shared_ffn)
+    inst = moe_cluster_instance(shared[case])
     _solvers_match_exhaustive(replace(inst, job=replace(inst.job, moe_shared_expert_overlap=True)))

@@ -67,12 +67,17 @@ def test_unusable_thread_counts_are_refused_in_one_line(threads, capsys):
     assert len(err) == 1 and "--threads" in err[0] and "fix:" in err[0]
 
 
-def _limited_cases():
+N_LIMITED = 24
+
+
+@pytest.fixture(scope="module")
+def limited_cases() -> list[tuple[int, bool, float, str]]:
     """(seed, variant, limit, backend): random small instances (small enough for exhaustive
-    search), limits drawn log-uniformly in [10 us, 0.3 s], each backend."""
+    search), limits drawn log-uniformly in [10 us, 0.3 s], each backend; drawn once per test
+    process that runs a case, not at every worker's collection (issue 32)."""
     rng = random.Random(1313)
     out, seed = [], 3000
-    while len(out) < 24:
+    while len(out) < N_LIMITED:
         variant = rng.random() < 0.5
         inst = random_instance(seed, variant=variant)
         if one_group_plans_total(inst) <= 30_000:
@@ -90,8 +95,9 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-@pytest.mark.parametrize("seed,variant,limit_s,backend", _limited_cases())
-def test_time_limited_plans_are_honest(seed, variant, limit_s, backend):
+@pytest.mark.parametrize("case", range(N_LIMITED))
+def test_time_limited_plans_are_honest(limited_cases, case):
+    seed, variant, limit_s, backend = limited_cases[case]
     inst = random_instance(seed, variant=variant)
     t0 = _cpu_s()
     res = plan(inst, backend=backend, time_limit_s=limit_s)

@@ -44,8 +44,11 @@ def moe_instance(seed: int):
                    search=replace(base.search, zero=zero))
 
 
-SEEDS = small_seeds(moe_instance, 5000, N_INSTANCES, 20_000,
-                    accept=lambda outers: any(o.ep > 1 for o in outers))
+@pytest.fixture(scope="module")
+def seeds() -> list[int]:
+    """The first N_INSTANCES seeds from 5000 whose space offers ep > 1, searched once per test
+    process that runs a test reading them, not at every worker's collection (issue 32)."""
+    return small_seeds(moe_instance, 5000, N_INSTANCES, 20_000, accept=lambda outers: any(o.ep > 1 for o in outers))
 
 
 def moe_params_for(seed: int) -> MoeParams:
@@ -69,19 +72,20 @@ def _moe_case(seed: int):
         return inst, exhaustive(inst)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_all_methods_agree_on_moe(seed):
+@pytest.mark.parametrize("case", range(N_INSTANCES))
+def test_all_methods_agree_on_moe(seeds, case):
+    seed = seeds[case]
     inst, ex = _moe_case(seed)
     with moe_params.using(moe_params_for(seed)):
         assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
-def test_the_random_moe_instances_choose_expert_parallelism():
+def test_the_random_moe_instances_choose_expert_parallelism(seeds):
     """Agreement means little unless some optima shard the experts (ep > 1) and some do not,
     and some instances are infeasible or pipelined (seen: 30 with ep > 1, 2 with ep = 1, 9
     infeasible or pipelined of 40, 13 of them priced with the fitted issue time)."""
     seen = {"ep>1": 0, "ep=1": 0, "infeasible or pipelined": 0}
-    for seed in SEEDS:
+    for seed in seeds:
         ex = _moe_case(seed)[1]
         if ex.plan is None or ex.plan.pp > 1:
             seen["infeasible or pipelined"] += 1
@@ -99,8 +103,13 @@ def fold_instance(seed: int):
                    search=replace(inst.search, tp=(2, 4), sequence_parallel=(True,)))
 
 
-FOLD_SEEDS = small_seeds(fold_instance, 9000, 16, 20_000,
-                         accept=lambda outers: any(o.etp is not None for o in outers))
+N_FOLD = 16
+
+
+@pytest.fixture(scope="module")
+def fold_seeds() -> list[int]:
+    """The first N_FOLD seeds from 9000 whose space offers parallel folding (as `seeds`)."""
+    return small_seeds(fold_instance, 9000, N_FOLD, 20_000, accept=lambda outers: any(o.etp is not None for o in outers))
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,18 +119,18 @@ def _fold_case(seed: int):
     return inst, exhaustive(inst)
 
 
-@pytest.mark.parametrize("seed", FOLD_SEEDS)
-def test_all_methods_agree_with_parallel_folding(seed):
-    inst, ex = _fold_case(seed)
+@pytest.mark.parametrize("case", range(N_FOLD))
+def test_all_methods_agree_with_parallel_folding(fold_seeds, case):
+    inst, ex = _fold_case(fold_seeds[case])
     assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
-def test_the_folding_instances_choose_both_expert_layouts():
+def test_the_folding_instances_choose_both_expert_layouts(fold_seeds):
     """The folding agreement means something only if exhaustive search's optima pick etp != tp
     on some instances and etp = tp on others (seen: 10 with etp = 1 < tp, 2 with etp = tp, 4
     infeasible of 16)."""
     seen = {"etp!=tp": 0, "etp=tp": 0, "infeasible": 0}
-    for seed in FOLD_SEEDS:
+    for seed in fold_seeds:
         plan = _fold_case(seed)[1].plan
         seen["infeasible" if plan is None else "etp!=tp" if plan.etp is not None else "etp=tp"] += 1
     assert min(seen.values()) >= 2, seen
@@ -134,8 +143,14 @@ def moe_zero3_instance(seed: int):
     return replace(inst, name=f"moez3-{seed}", search=replace(inst.search, zero=(1, 3)))
 
 
-SEEDS_ZERO3 = small_seeds(moe_zero3_instance, 9000, 30, 20_000,
-                          accept=lambda outers: any(o.ep > 1 and o.zero == 3 for o in outers))
+N_ZERO3 = 30
+
+
+@pytest.fixture(scope="module")
+def zero3_seeds() -> list[int]:
+    """The first N_ZERO3 seeds from 9000 whose space offers ZeRO-3 with ep > 1 (as `seeds`)."""
+    return small_seeds(moe_zero3_instance, 9000, N_ZERO3, 20_000,
+                       accept=lambda outers: any(o.ep > 1 and o.zero == 3 for o in outers))
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,15 +160,15 @@ def _zero3_case(seed: int):
     return inst, exhaustive(inst)
 
 
-@pytest.mark.parametrize("seed", SEEDS_ZERO3)
-def test_all_methods_agree_on_moe_with_zero3(seed):
-    inst, ex = _zero3_case(seed)
+@pytest.mark.parametrize("case", range(N_ZERO3))
+def test_all_methods_agree_on_moe_with_zero3(zero3_seeds, case):
+    inst, ex = _zero3_case(zero3_seeds[case])
     assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
-def test_some_random_moe_optima_run_zero3():
+def test_some_random_moe_optima_run_zero3(zero3_seeds):
     """Not vacuous: exhaustive search picks ZeRO-3 (with ep > 1) on some of these instances
     and ZeRO-1 on others (seen: ZeRO-3 on 2 of 30, seeds 9022 and 9023, both ep 2; ZeRO-1 on
     22; 6 infeasible)."""
-    zeros = [ex.plan.zero for ex in (_zero3_case(s)[1] for s in SEEDS_ZERO3) if ex.plan is not None]
+    zeros = [ex.plan.zero for ex in (_zero3_case(s)[1] for s in zero3_seeds) if ex.plan is not None]
     assert zeros.count(3) >= 2 and zeros.count(1) >= 2, zeros

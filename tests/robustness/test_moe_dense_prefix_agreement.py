@@ -35,9 +35,12 @@ def _roomy(seed: int):
     return inst if inst.model.layers > 3 else replace(inst, search=replace(inst.search, pp=(1,)))
 
 
-# pipelined instances (some outer configuration has pp > 1) with room for the prefix
-SEEDS = small_seeds(_roomy, 9000, N_INSTANCES, 20_000,
-                    accept=lambda outers: any(o.pp > 1 for o in outers))
+@pytest.fixture(scope="module")
+def seeds() -> list[int]:
+    """Pipelined instances (some outer configuration has pp > 1) with room for the prefix,
+    searched once per test process that runs a test reading them, not at every worker's
+    collection (issue 32)."""
+    return small_seeds(_roomy, 9000, N_INSTANCES, 20_000, accept=lambda outers: any(o.pp > 1 for o in outers))
 
 
 def overlapped(seed: int):
@@ -70,16 +73,16 @@ def _case(make, seed: int):
 @SAME_OPTIMA
 @pytest.mark.parametrize("make", [prefixed, overlapped, shared_overlapped],
                          ids=["prefix", "prefix+a2a_overlap", "prefix+shared_expert_overlap"])
-@pytest.mark.parametrize("seed", SEEDS)
-def test_all_methods_agree_with_a_dense_prefix(seed, make):
-    inst, ex = _case(make, seed)
+@pytest.mark.parametrize("case", range(N_INSTANCES))
+def test_all_methods_agree_with_a_dense_prefix(seeds, case, make):
+    inst, ex = _case(make, seeds[case])
     assert_backends_agree_with_exhaustive(inst, ex=ex)
     if ex.plan is not None:
         p = ex.plan
         assert p.layers_per_stage[0] >= p.virtual_stages * inst.model.moe.dense_layers
 
 
-def test_the_prefix_binds_on_some_instance():
+def test_the_prefix_binds_on_some_instance(seeds):
     """Agreement means little unless the lower bound on stage 0 cuts off some split the
     all-MoE pricing would choose: on some instance the optimum without the rule gives stage 0
     fewer layers than the prefix. Priced with the fitted host times of an MoE layer
@@ -92,7 +95,7 @@ def test_the_prefix_binds_on_some_instance():
     from paraplan.cost import moe_params
     binds = 0
     with moe_params.using(with_value(moe_params.FITTED, layer_fixed_s=0.0, expert_gemm_issue_s=0.0)):
-        for seed in SEEDS:
+        for seed in seeds:
             ex = exhaustive(moe_instance(seed))
             d = prefixed(seed).model.moe.dense_layers
             if ex.plan is not None and ex.plan.layers_per_stage[0] < ex.plan.virtual_stages * d:
@@ -101,12 +104,12 @@ def test_the_prefix_binds_on_some_instance():
 
 
 @SAME_OPTIMA
-def test_some_overlapped_optimum_uses_the_overlap():
+def test_some_overlapped_optimum_uses_the_overlap(seeds):
     """The overlap applies to ep > 1 with pp = 1 or interleaving (cost/moe.a2a_overlap_applies):
     agreement on the overlapped instances means little unless some optimum is such a plan."""
     from paraplan.cost.moe import a2a_overlap_applies
     used = 0
-    for seed in SEEDS:
+    for seed in seeds:
         inst, ex = _case(overlapped, seed)
         used += ex.plan is not None and a2a_overlap_applies(inst.job, ex.plan.flat_outer)
     assert used >= 1

@@ -24,15 +24,27 @@ from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import problems_for, scenario_weights
 from paraplan.solver.space import declared_outers, micro_batch_vectors, one_group_outers
 
-SEEDS = small_seeds(slot_instance, 0, 30, 20_000)
+N_SEEDS, N_FLAGGED = 30, 12
 
 
 def _slots(o) -> tuple[bool, bool]:
     return (o.embedding_in_split, o.loss_in_split)
 
 
-# the seeds whose space holds configurations with a slot (every v listed may divide the layers)
-FLAGGED_SEEDS = list(islice((s for s in SEEDS if any(any(_slots(o)) for o in one_group_outers(slot_instance(s)))), 12))
+@pytest.fixture(scope="module")
+def seeds() -> list[int]:
+    """The first N_SEEDS small slot instances, searched once per test process that runs a test
+    reading them, not at every worker's collection (issue 32)."""
+    return small_seeds(slot_instance, 0, N_SEEDS, 20_000)
+
+
+@pytest.fixture(scope="module")
+def flagged_seeds(seeds) -> list[int]:
+    """The first N_FLAGGED seeds whose space holds configurations with a slot (every v listed
+    may divide the layers)."""
+    out = list(islice((s for s in seeds if any(any(_slots(o)) for o in one_group_outers(slot_instance(s)))), N_FLAGGED))
+    assert len(out) == N_FLAGGED, out
+    return out
 
 
 # the agreement cases and the not-vacuous check read the same exhaustive optima, listed once per
@@ -50,19 +62,19 @@ def _case(seed: int):
 
 
 @SAME_OPTIMA
-@pytest.mark.parametrize("seed", SEEDS)
-def test_all_methods_agree_with_the_slots(seed):
-    inst, ex = _case(seed)
+@pytest.mark.parametrize("case", range(N_SEEDS))
+def test_all_methods_agree_with_the_slots(seeds, case):
+    inst, ex = _case(seeds[case])
     assert_backends_agree_with_exhaustive(inst, ex=ex)
 
 
 @SAME_OPTIMA
-def test_the_slot_instances_cover_optima_that_need_a_slot():
+def test_the_slot_instances_cover_optima_that_need_a_slot(seeds):
     """Agreement means something only if optima use the slots, including where they must: no
     listed v > 1 divides the layers and v = 1 is not listed (seen over the 30 seeds: 15 optima
     with a slot, 9 of them forced)."""
     used = forced = 0
-    for seed in SEEDS:
+    for seed in seeds:
         inst, ex = _case(seed)
         if ex.plan is None or not any(_slots(ex.plan)):
             continue
@@ -77,11 +89,11 @@ def test_the_slot_instances_cover_optima_that_need_a_slot():
     assert used >= 10 and forced >= 5, (used, forced)
 
 
-@pytest.mark.parametrize("seed", FLAGGED_SEEDS)
-def test_bounds_of_slot_configurations_never_exceed_the_brute_force_optimum(seed):
+@pytest.mark.parametrize("case", range(N_FLAGGED))
+def test_bounds_of_slot_configurations_never_exceed_the_brute_force_optimum(flagged_seeds, case):
     """solver/bounds/one_class.py reads a flagged configuration through slot_relaxation: both
     bounds stay below the brute-force optimum, and 'no split fits' only where none does."""
-    inst = slot_instance(seed)
+    inst = slot_instance(flagged_seeds[case])
     allow = inst.search.full_recompute
     for o in (o for o in one_group_outers(inst) if any(_slots(o))):
         c = build(inst, o, reserve_bytes=inst.search.memory_reserve_bytes)
@@ -96,12 +108,12 @@ def test_bounds_of_slot_configurations_never_exceed_the_brute_force_optimum(seed
         assert tight <= opt * (1 + 1e-12), (o, tight, opt)
 
 
-@pytest.mark.parametrize("seed", FLAGGED_SEEDS)
-def test_bounds_before_pricing_hold_on_slot_configurations(seed):
+@pytest.mark.parametrize("case", range(N_FLAGGED))
+def test_bounds_before_pricing_hold_on_slot_configurations(flagged_seeds, case):
     """The bound before pricing (solver/bounds/unpriced.py) is at most the priced bound
     (batched.lower_bounds_s), and the memory proof (solver/bounds/memory.py) refuses only
     configurations whose inner problem has no split that fits."""
-    inst = slot_instance(seed)
+    inst = slot_instance(flagged_seeds[case])
     outers = [o for o in declared_outers(inst) if any(_slots(o))]
     idx, agg, weights = scenario_weights(inst, "nominal")
     floor = floor_bounds_s(inst, outers, idx, agg, weights)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -118,7 +119,8 @@ def test_cross_validation_reproduces_the_stored_file():
     # each row read once, cost/moe_anchors.pricer); the grid 22% less since each row's points
     # share one instance and what reads no MoeParams (63.1 -> 49.4 s side by side, issue 32);
     # a configuration's parts shared by every point (cost/coefficients._outer_parts): the grid
-    # 30.7-31.0 -> 20.5-21.6 s of CPU, paired at load 8-10 (issue 32)
+    # 30.7-31.0 -> 20.5-21.6 s of CPU, paired at load 8-10 (issue 32); each point reading only the
+    # iteration time (moe_fit.log_error_pricer): 19.8-20.1 -> 11.0-11.5 s, paired (issue 32)
     from paraplan.cost.readers.strict_yaml import read_yaml
     cv = moe_fit.cross_validate()
     assert cv.fitted == FITTED
@@ -150,6 +152,27 @@ def test_one_instance_priced_under_other_parameters_gets_their_prices():
         assert got == want + want, row["id"]
         moved += want[0] != want[1]
     assert moved >= 20  # not vacuous: most rows read the parameters
+
+
+def test_the_grid_reads_the_same_log_errors_as_the_full_price():
+    # moe_fit.log_error_pricer reads only the iteration time (simulate.iter_time_s), not the
+    # whole breakdown moe_anchors.pricer builds: the same float, to the bit, on the fit grid.
+    # Every fitted row at every grid value of each parameter (the others at UNFITTED's) and at
+    # 6 points drawn over the whole grid, alternated so each point follows another's prices.
+    rng = np.random.default_rng(32)
+    points = [replace(moe_fit.UNFITTED, **{n: v}) for n in moe_fit.NAMES for v in moe_fit.GRID[n]]
+    points += [MoeParams(**{n: moe_fit.GRID[n][rng.integers(len(moe_fit.GRID[n]))] for n in moe_fit.NAMES})
+               for _ in range(6)]
+    moved = 0
+    for row in moe_fit.fitted_rows():
+        full, light = moe_anchors.pricer(row), moe_fit.log_error_pricer(row)
+        got = []
+        for p in points:
+            with moe_params.using(p):
+                got.append(light())
+                assert got[-1] == moe_fit._log_error(full()), (row["id"], p)
+        moved += len(set(got)) > 1
+    assert moved >= 20  # not vacuous: most rows' errors move over the grid
 
 
 def test_moe_params_override_only_inside_the_block():
