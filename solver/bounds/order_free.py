@@ -33,7 +33,7 @@ hand-offs between two stages of one group run between the same ranks
 hand-off inside group g is between its j-th and (j+1)-th stages in every order), and the
 interleaved pipeline's wrap-around hand-off runs between l's last stage and f's first. What
 the order changes is only the hand-off at each boundary between two groups' runs:
-e(h, n) = v (p2p + regather) over the link between groups h and n (coefficients.
+e(h, n) = v (p2p + regather) over the link between groups h and n (coefficients.hand_off_s,
 _pipeline_p2p_s), charged to the last stage of h's run and the first of n's. In any order the
 run of a group h != f is preceded by some group p in used \\ {h, l} (l's run is the last;
 with k >= 3 not f where h = l) and the run of h != l followed by some n in used \\ {h, f}
@@ -92,7 +92,7 @@ import math
 import numpy as np
 
 from paraplan.cost.class_coefficients import class_outers, class_placement
-from paraplan.cost.coefficients import placed_extras
+from paraplan.cost.coefficients import hand_off_s
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.fill_drain import PRICED_SAFETY, pipeline_sync_bounds_s
@@ -203,20 +203,18 @@ def _least_path_s(e: dict, f: int, l: int, middle: list[int]) -> float | None:
 
 def _edge_s(inst, i: int, o, h: int, n: int, layer_memo: dict) -> tuple[float, float]:
     """(e(h, n), slow): the hand-off between a stage on group h and the next on group n of o's
-    class on scenario i, as build charges it to each of the two (v times one chunk's), and the
-    slowest rank's fraction: placed_extras of o's class through h and n alone at v = 1 (a
-    two-stage pipeline's one edge: its p2p_s[0] is that edge's time, the same float as in any
-    placement with an edge between those groups at these degrees), kept in `layer_memo` by
-    what it reads."""
+    class on scenario i, as build charges it to each of the two, and the slowest rank's
+    fraction: coefficients.hand_off_s of o's class through h and n alone (a two-stage
+    pipeline's one edge), kept in `layer_memo` by what it reads."""
     key = ("order free edge", i, h, n, o.tp_of(h), o.tp_of(n), o.cp, o.micro_batch, o.sequence_parallel,
-           o.classes[0].replicas, bool(o.group_tp))
+           o.classes[0].replicas, bool(o.group_tp), o.virtual_stages)
     hit = layer_memo.get(key)
     if hit is None:
         two = dataclasses.replace(o, tp=o.tp_of(h), virtual_stages=1, embedding_in_split=False, loss_in_split=False,
                                   classes=(ClassShape(replicas=o.classes[0].replicas, stage_groups=(h, n)),))
-        x = placed_extras(inst, class_outers(inst.job, two)[0], class_placement(inst.scenarios[i].cluster, two, 0))
-        hit = layer_memo[key] = (x.p2p_s[0], x.slow)
-    return o.virtual_stages * hit[0], hit[1]
+        hit = layer_memo[key] = hand_off_s(inst, class_outers(inst.job, two)[0],
+                                           class_placement(inst.scenarios[i].cluster, two, 0), o.virtual_stages)
+    return hit
 
 
 @dataclasses.dataclass
