@@ -1201,6 +1201,16 @@ def placed_extras(inst: Instance, o: Outer, pl: Placement, net: NetEfficiency = 
     return _stage_extras(inst, o, pl, where, [uniq_tp[i] for i in where], net)
 
 
+def hand_off_s(inst: Instance, o: Outer, pl: Placement, v: int) -> tuple[float, float]:
+    """(the pipeline hand-off between the two stages of `o` on the two-stage placement `pl` (`o`
+    at v = 1), as build charges it to each of two such stages of a pipeline interleaved `v`
+    ways: v times one chunk's, _pipeline_p2p_s; the slowest rank's fraction). The same float as
+    any placement's with an edge between those sites at these degrees; the bound of every stage
+    order reads it per pair of groups (solver/bounds/order_free)."""
+    x = placed_extras(inst, o, pl)
+    return v * x.p2p_s[0], x.slow
+
+
 def _stage_extras(inst: Instance, o: Outer, pl: Placement, where: list[int], tps: list[int],
                   net: NetEfficiency) -> StageExtras:
     """StageExtras of `o` on placement `pl` (stage s on its distinct site where[s], at tp

@@ -1556,10 +1556,10 @@ class _Search:
         # past this a bound cannot win by any key (Winners.beats); with layer plans every outer
         # is pushed (its combinations are nodes of their own, _plan_nodes)
         never = math.inf if self.partitions else self.won.bar()[0] * (1 + REL_TOL)
-        for part in got:
+        for part, blks in zip(got, self._read_order_free(got, never)):
             partial = lazy.partials[part.index]
             at = lazy.ranks[part.index] * RANK_STRIDE  # the rank of the layout's next outer
-            for blk in partial.blocks():
+            for blk in blks:
                 if partial.dp is None:
                     listed = blk.outers()
                     outers.extend(listed)
@@ -1634,6 +1634,23 @@ class _Search:
                 self._price_and_probe(dived)
         elif dived:
             self._price_outers(dived)
+
+    def _read_order_free(self, got: list[_Partial], never: float) -> list[list]:
+        """The blocks of each partial layout of `got`, with B (bounds/order_free.py) of the
+        stage-wise ones that _list_layouts lists (those its representative's bound leaves at
+        most `never`) read in one call (OrderFree.read) before they are listed one by one."""
+        lazy, wanted = self.lazy, []
+        blocks = [list(lazy.partials[part.index].blocks()) for part in got]
+        for part, blks in zip(got, blocks):
+            if lazy.partials[part.index].dp is None:
+                continue
+            carried = lazy.carried.get(part.index, -math.inf)
+            for blk in blks:
+                key = representative_key(part.index, blk)
+                if max(lazy.block_bounds.get(key, -math.inf), carried) <= never:
+                    wanted.append((key, blk))
+        self.order_free.read(wanted, never)
+        return blocks
 
     def _plan_nodes(self, js: list[int], carried: list[float]) -> list[_PlanNode]:
         """Outers `js`' layer-plan combinations, one node per outer keyed by the bound of all of

@@ -33,7 +33,7 @@ hand-offs between two stages of one group run between the same ranks
 hand-off inside group g is between its j-th and (j+1)-th stages in every order), and the
 interleaved pipeline's wrap-around hand-off runs between l's last stage and f's first. What
 the order changes is only the hand-off at each boundary between two groups' runs:
-e(h, n) = v (p2p + regather) over the link between groups h and n (coefficients.
+e(h, n) = v (p2p + regather) over the link between groups h and n (coefficients.hand_off_s,
 _pipeline_p2p_s), charged to the last stage of h's run and the first of n's. In any order the
 run of a group h != f is preceded by some group p in used \\ {h, l} (l's run is the last;
 with k >= 3 not f where h = l) and the run of h != l followed by some n in used \\ {h, f}
@@ -92,7 +92,7 @@ import math
 import numpy as np
 
 from paraplan.cost.class_coefficients import class_outers, class_placement
-from paraplan.cost.coefficients import placed_extras
+from paraplan.cost.coefficients import hand_off_s
 from paraplan.cost.plan_specs import ClassShape
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.fill_drain import PRICED_SAFETY, pipeline_sync_bounds_s
@@ -203,20 +203,18 @@ def _least_path_s(e: dict, f: int, l: int, middle: list[int]) -> float | None:
 
 def _edge_s(inst, i: int, o, h: int, n: int, layer_memo: dict) -> tuple[float, float]:
     """(e(h, n), slow): the hand-off between a stage on group h and the next on group n of o's
-    class on scenario i, as build charges it to each of the two (v times one chunk's), and the
-    slowest rank's fraction: placed_extras of o's class through h and n alone at v = 1 (a
-    two-stage pipeline's one edge: its p2p_s[0] is that edge's time, the same float as in any
-    placement with an edge between those groups at these degrees), kept in `layer_memo` by
-    what it reads."""
+    class on scenario i, as build charges it to each of the two, and the slowest rank's
+    fraction: coefficients.hand_off_s of o's class through h and n alone (a two-stage
+    pipeline's one edge), kept in `layer_memo` by what it reads."""
     key = ("order free edge", i, h, n, o.tp_of(h), o.tp_of(n), o.cp, o.micro_batch, o.sequence_parallel,
-           o.classes[0].replicas, bool(o.group_tp))
+           o.classes[0].replicas, bool(o.group_tp), o.virtual_stages)
     hit = layer_memo.get(key)
     if hit is None:
         two = dataclasses.replace(o, tp=o.tp_of(h), virtual_stages=1, embedding_in_split=False, loss_in_split=False,
                                   classes=(ClassShape(replicas=o.classes[0].replicas, stage_groups=(h, n)),))
-        x = placed_extras(inst, class_outers(inst.job, two)[0], class_placement(inst.scenarios[i].cluster, two, 0))
-        hit = layer_memo[key] = (x.p2p_s[0], x.slow)
-    return o.virtual_stages * hit[0], hit[1]
+        hit = layer_memo[key] = hand_off_s(inst, class_outers(inst.job, two)[0],
+                                           class_placement(inst.scenarios[i].cluster, two, 0), o.virtual_stages)
+    return hit
 
 
 @dataclasses.dataclass
@@ -237,16 +235,37 @@ class OrderFree:
     def of_block(self, key: tuple, blk, bar_s: float) -> dict:
         """{spec: B} of block `blk` (representative key `key`); {} where B is not read, or
         where the search has no bar `bar_s` yet for B to pass."""
-        if not self.on or math.isinf(bar_s) or len(blk.classes[0].stage_groups) < ORDER_FREE_GROUPS:
+        if not self._reads(blk, bar_s):
             return {}
+        k = (key, blk.classes[0].stage_groups[0])
+        if k not in self.kept:
+            self.read([(key, blk)], bar_s)
+        return self.kept[k]
+
+    def read(self, blocks: list, bar_s: float) -> None:
+        """B of every (representative key, block) of `blocks` that of_block would read and has
+        not kept yet, read in one order_free_bounds_s call, not one per block: a dived tp
+        choice lists some 30 blocks through 7 groups at once (8 x 8 row: 278 calls of 4
+        configurations each, 8 ms apiece, mostly numpy's per-call work). Each configuration's
+        B reads its own rows; read with others, its pipeline's stage kinds may be padded with
+        absent ones (fill_drain._as_kinds), whose zeros can move a sum's rounding by an ulp,
+        far inside ORDER_FREE_SAFETY."""
+        todo: dict[tuple, list] = {}
+        for key, blk in blocks:
+            k = (key, blk.classes[0].stage_groups[0])
+            if k not in self.kept and k not in todo and self._reads(blk, bar_s):
+                todo[k] = list(blk.specs()), blk
+        if not todo:
+            return
+        outers = [blk.outer(*x) for specs, blk in todo.values() for x in specs]
+        got = order_free_bounds_s(self.inst, outers, *self.scenarios, self.memo, self.layer_memo).tolist()
+        at = 0
+        for k, (specs, _) in todo.items():
+            self.kept[k] = {x: lb for x, lb in zip(specs, got[at:at + len(specs)]) if lb > 0 and math.isfinite(lb)}
+            at += len(specs)
+
+    def _reads(self, blk, bar_s: float) -> bool:
+        """Whether B is read for block `blk` against bar `bar_s` (of_block)."""
         groups = blk.classes[0].stage_groups
-        if len(set(groups)) < ORDER_FREE_GROUPS:
-            return {}
-        k = (key, groups[0])
-        hit = self.kept.get(k)
-        if hit is None:
-            specs = list(blk.specs())
-            got = order_free_bounds_s(self.inst, [blk.outer(*x) for x in specs], *self.scenarios, self.memo,
-                                      self.layer_memo)
-            hit = self.kept[k] = {x: lb for x, lb in zip(specs, got.tolist()) if lb > 0 and math.isfinite(lb)}
-        return hit
+        return (self.on and not math.isinf(bar_s) and len(groups) >= ORDER_FREE_GROUPS
+                and len(set(groups)) >= ORDER_FREE_GROUPS)
