@@ -84,8 +84,8 @@ from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAFETY, coupled_above,
                                                memory_infeasible, stage_levels, tight_class_terms)
-from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, held_chunks, least_levels, least_sums,
-                                                    level_front, sync_levels)
+from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, held_chunks, least_levels_picked,
+                                                    least_sums_picked, level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_front, stage_arrays,
                                              optimistic_terms, plan_rows, plans_per_outer)
@@ -570,9 +570,8 @@ class OuterChoices:
         self.plan_syncs: dict = {}  # ((k, g), bucket entry, scenario position, pseudo) -> _sync_steps
         self.pseudo_steps: dict = {}  # ((k, g), bucket entry) -> _pseudo_steps
         self.unlinked: dict = {}  # Subset.sets -> its node, of the nodes listed not linked (_linked_now)
+        self.kid_terms: dict = {}  # Subset.sets -> its parent's _class_terms rows of it, per class (_linked)
         self.linked_keys: dict = {}  # Subset.sets -> _linked of a node not come up yet
-        self.plan_blocks: list = []  # _plan_arrays' priced rows, a block per pass
-        self.plan_home: dict = {}  # ((k, g), plan position) -> (block, row)
         radix = [len(plans[x]) for x in self.keys]
         self.strides = [math.prod(radix[i + 1:]) for i in range(len(self.keys))]
         sets = []
@@ -582,10 +581,10 @@ class OuterChoices:
         return Subset(tuple(sets), 0, -math.inf)
 
     def _coeffs(self, x, bucket: tuple) -> list[StageCoefficients]:
-        """Coefficients per scenario below those of every plan of `bucket` (_probe), once each."""
+        """Coefficients per scenario below those of every plan of `bucket` (_price_buckets), once each."""
         key = (x[0], x[1], bucket)
         if key not in self.priced:
-            self.priced[key] = self._probe(x, list(bucket), self.plans, self.rows, {})
+            self._price_buckets(x, [bucket])
         return self.priced[key]
 
     def _step(self, node: "Subset", cut: float, out: Listing, deadline: float | None = None) -> None:
@@ -596,29 +595,19 @@ class OuterChoices:
         still win becomes a child node or, at the last level, a candidate. A bucket's
         coefficients are below each of its plans', so a combination of buckets bounds every
         combination of their plans, and what is dropped cannot win."""
-        keys, K, S = self.keys, len(self.o.classes), len(self.scenarios)
+        keys = self.keys
         leaf = node.level >= len(LEVELS)
-        size = 1 if leaf else LEVELS[node.level]
-        tokens, store, mega = {}, {}, {}
-        for x, plans in zip(keys, node.sets):
-            if deadline is not None and time.perf_counter() > deadline:
-                out.nodes.append((node.bound, node))  # left whole (expand)
-                return
-            mega[x] = plans[0] == 0
-            mine = plans[1:] if mega[x] else plans
-            buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]
-            coeffs = [self._coeffs(x, bk) for bk in buckets]
-            ok = self._bounded(*x, coeffs, cut) if coeffs else []
-            tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
-            store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
+        got = self._bucketed(node, cut, 1 if leaf else LEVELS[node.level], deadline)
+        if got is None:
+            out.nodes.append((node.bound, node))  # past the deadline: left whole (expand)
+            return
+        tokens, store, mega = got
         entries = {x: ([(0,)] if mega[x] else []) + tokens[x] for x in keys}
         if math.prod(len(v) for v in entries.values()) > GRID_CAP:
-            x = max(keys, key=lambda y: len(entries[y]))
-            kids = [Subset(tuple(e if y == x else sum(entries[y], ()) for y in keys), node.level, node.bound,
-                           node.linked) for e in entries[x]]
-            kids = [c for c in kids if c.weight]
-            out.pruned_by_bound += node.weight - sum(c.weight for c in kids)
-            out.nodes += [(node.bound, c) for c in kids]
+            self._split_wide(node, entries, out)
+            return
+        if any(not (mega[x] or tokens[x]) for x in keys):  # a choice keeps none of its plans
+            out.pruned_by_bound += node.weight
             return
         kept = {x: [0] + tokens[x] for x in keys}
         # the root's combinations are read again one node at a time, as each comes up (expand):
@@ -626,41 +615,79 @@ class OuterChoices:
         # root against 80, 175 roots in 60 s against 286, bound 15.89 s against 16.06 s) prices
         # the plans of many that never come up
         linked = 1 <= node.level < len(LEVELS)
-        grid, picks, fits, quick, megatron = self._grid(kept, store, cut, linked)
-        members = [[x for x in keys if x[0] == k] for k in range(K)]
-        # rows that take Megatron's plan where the node does not hold it are not its own
-        own = np.ones(len(grid), bool)
-        for k in range(K):
-            bad = np.zeros(len(picks[k]), bool)
-            for col, x in enumerate(members[k]):
-                if not mega[x]:
-                    bad |= picks[k][:, col] == 0
-            own &= ~bad[grid[:, k]]
-        own &= ~megatron
-        width = {x: np.array([1] + [len(t) for t in tokens[x]]) for x in keys}
-        weight = np.ones(len(grid), np.int64)
-        for k in range(K):
-            w = np.ones(len(picks[k]), np.int64)
-            for col, x in enumerate(members[k]):
-                w *= width[x][picks[k][:, col]]
-            weight *= w[grid[:, k]]
+        grid, picks, terms, fits, quick, megatron = self._grid_terms(kept, store, cut, linked, mega)
+        members = [[x for x in keys if x[0] == k] for k in range(len(self.o.classes))]
+        own, weight = ~megatron, self._weights(grid, picks, members, tokens)
         chosen = own & fits & (quick <= cut)
         out.pruned_by_memory += int(weight[own & ~fits].sum())
         out.pruned_by_bound += node.weight - int(weight[own & ~fits].sum()) - int(weight[chosen].sum())
-        if not leaf:
-            for row, lb in zip(grid[chosen], quick[chosen]):
-                sets = [None] * len(keys)
-                for k in range(K):
-                    for x, c in zip(members[k], picks[k][row[k]]):
-                        sets[keys.index(x)] = kept[x][c] if c else (0,)
-                kid = Subset(tuple(sets), node.level + 1, float(lb), linked)
-                out.nodes.append((float(lb), kid))
-                if not linked:
-                    self.unlinked[kid.sets] = kid
-            return
+        if leaf:
+            self._candidates(grid[chosen], quick[chosen], picks, members, kept, store, out)
+        else:
+            self._children(node, grid[chosen], quick[chosen], picks, terms, members, kept, linked, out)
+
+    def _bucketed(self, node: "Subset", cut: float, size: int, deadline: float | None):
+        """_step's buckets: per choice, the buckets of `size` plans of node's plans that may win
+        with every other choice optimistic (tokens), their coefficients (store[k, g, bucket]),
+        and whether the node holds Megatron's plan (mega); None past `deadline`."""
+        tokens, store, mega = {}, {}, {}
+        for x, plans in zip(self.keys, node.sets):
+            if deadline is not None and time.perf_counter() > deadline:
+                return None
+            mega[x] = plans[0] == 0
+            mine = plans[1:] if mega[x] else plans
+            buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]
+            self._price_buckets(x, buckets)
+            coeffs = [self._coeffs(x, bk) for bk in buckets]
+            ok = self._bounded(*x, coeffs, cut) if coeffs else []
+            tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
+            store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
+        return tokens, store, mega
+
+    def _split_wide(self, node: "Subset", entries: dict, out: Listing) -> None:
+        """Node split on its choice of the most entries (_step, past GRID_CAP), unbounded."""
+        keys = self.keys
+        x = max(keys, key=lambda y: len(entries[y]))
+        kids = [Subset(tuple(e if y == x else sum(entries[y], ()) for y in keys), node.level, node.bound,
+                       node.linked) for e in entries[x]]
+        kids = [c for c in kids if c.weight]
+        out.pruned_by_bound += node.weight - sum(c.weight for c in kids)
+        out.nodes += [(node.bound, c) for c in kids]
+
+    def _weights(self, grid, picks, members: list, tokens: dict) -> np.ndarray:
+        """Per row of _step's grid, the combinations of plans it stands for."""
+        width = {x: np.array([1] + [len(t) for t in tokens[x]]) for x in self.keys}
+        weight = np.ones(len(grid), np.int64)
+        for k, mine in enumerate(members):
+            w = np.ones(len(picks[k]), np.int64)
+            for col, x in enumerate(mine):
+                w *= width[x][picks[k][:, col]]
+            weight *= w[grid[:, k]]
+        return weight
+
+    def _children(self, node: "Subset", rows, bounds, picks, terms, members: list, kept: dict, linked: bool,
+                  out: Listing) -> None:
+        """_step's chosen `rows` (with their `bounds`) as nodes of the next level; those not
+        linked keep their class terms (kid_terms: _linked reads them, not again)."""
+        keys, K = self.keys, len(self.o.classes)
+        for row, lb in zip(rows, bounds):
+            sets = [None] * len(keys)
+            for k in range(K):
+                for x, c in zip(members[k], picks[k][row[k]]):
+                    sets[keys.index(x)] = kept[x][c] if c else (0,)
+            kid = Subset(tuple(sets), node.level + 1, float(lb), linked)
+            out.nodes.append((float(lb), kid))
+            if not linked:
+                self.unlinked[kid.sets] = kid
+                self.kid_terms[kid.sets] = [tuple(t[row[k]] for t in terms[k]) for k in range(K)]
+
+    def _candidates(self, rows, bounds, picks, members: list, kept: dict, store: dict, out: Listing) -> None:
+        """_step's chosen `rows` at the last level (with their `bounds`) as candidates: each
+        class's coefficients assembled from its plans' builds (nothing priced again)."""
+        keys, K, S = self.keys, len(self.o.classes), len(self.scenarios)
         class_cache: dict[tuple[int, int], list[StageCoefficients]] = {}
         masks, plans = self.masks, self.plans
-        for row, lb in zip(grid[chosen], quick[chosen]):
+        for row, lb in zip(rows, bounds):
             combo, cls = [0] * len(keys), {}
             for k in range(K):
                 toks = [kept[x][c] if c else () for x, c in zip(members[k], picks[k][row[k]])]
@@ -676,21 +703,32 @@ class OuterChoices:
                                 if kk == k and combo[i]) for k in range(K))
             out.candidates.append((float(lb), index, self._with(cls), parts))
 
-    def _probe(self, x, bucket: list[int], plans: dict, rows: dict, priced: dict) -> list[StageCoefficients]:
-        """Coefficients per scenario below those of every plan of `bucket` (positions in
-        plans[x]) of choice x = (k, g): the elementwise minimum of two builds at the bucket's
-        optimistic terms (partition_plans.optimistic_coefficients); a lone plan's own build."""
+    def _price_buckets(self, x, buckets: list[tuple]) -> None:
+        """Coefficients per scenario below those of every plan of each bucket of `buckets` (tuples
+        of positions in self.plans[x], beyond Megatron's) of choice x = (k, g), kept in
+        self.priced[k, g, bucket]: a lone plan's own build; else the elementwise minimum of two
+        builds at the bucket's optimistic terms (partition_plans.optimistic_coefficients, as
+        _below). Those not kept yet are built in one pass per scenario (build_plans: float for
+        float one build each; 1,000-3,000 single plans a second pass on the three-type,
+        two-site row against about 700 built one at a time)."""
         k, g = x
-        if len(bucket) == 1:
-            if (k, g, bucket[0]) not in priced:
-                priced[k, g, bucket[0]] = self._price(k, g, plans[x][bucket[0]])
-            return priced[k, g, bucket[0]]
-        out = []
-        for si, (ginst, site, _) in enumerate(self._where(k, g)):
-            lo_t, hi_t = optimistic_terms(P.table_for(ginst, self.cg[x], site, self.net),
-                                          rows[x][si][np.array(bucket) - 1])
-            out.append(self._below(self.scenarios[si], k, {g: _const(lo_t)}, {g: _const(hi_t)}))
-        return out
+        missing = [b for b in dict.fromkeys(buckets) if (k, g, b) not in self.priced]
+        if not missing:
+            return
+        per = []
+        for si, (i, (ginst, site, _)) in enumerate(zip(self.scenarios, self._where(k, g))):
+            fns = []
+            for b in missing:
+                if len(b) == 1:
+                    fns.append({g: on_group(P.partition_layer_fn(dict(self.plans[x][b[0]])), self.ginst[i, g])})
+                else:
+                    lo_t, hi_t = optimistic_terms(P.table_for(ginst, self.cg[x], site, self.net),
+                                                  self.rows[x][si][np.array(b) - 1])
+                    fns += [{g: _const(lo_t)}, {g: _const(hi_t)}]
+            built = iter(self._build_plans(i, k, [self._layer_fn(i, k, f) for f in fns]))
+            per.append([next(built) if len(b) == 1 else elementwise_min(next(built), next(built)) for b in missing])
+        for r, b in enumerate(missing):
+            self.priced[k, g, b] = [c[r] for c in per]
 
     def _below(self, i: int, k: int, lo_fns: dict, hi_fns: dict) -> StageCoefficients:
         """Class k on scenario i with each group g of the dicts at optimistic terms: the
@@ -700,24 +738,24 @@ class OuterChoices:
         lo, hi = self._build_plans(i, k, [self._layer_fn(i, k, fns) for fns in (lo_fns, hi_fns)])
         return elementwise_min(lo, hi)
 
-    def _price(self, k: int, g: int, plan) -> list[StageCoefficients]:
-        """Class k built with group g's stages priced by layer plan `plan`, per scenario."""
-        fn = P.partition_layer_fn(dict(plan))
-        return [self._build(self.inst, self.co[k], self.net, self.inst.search.memory_reserve_bytes,
-                      placement=self.placed(i, k), layer_fn=self._layer_fn(i, k, {g: on_group(fn, self.ginst[i, g])}))
-                for i in self.scenarios]
-
     def _grid(self, kept: dict, store: dict, cut: float, linked: bool = False):
+        """_grid_terms less its class terms: (grid, picks, fits, quick, megatron)."""
+        grid, picks, _, fits, quick, megatron = self._grid_terms(kept, store, cut, linked)
+        return grid, picks, fits, quick, megatron
+
+    def _grid_terms(self, kept: dict, store: dict, cut: float, linked: bool = False, mega: dict | None = None):
         """Every combination of the entries kept[x] of each choice x (0: Megatron's plan, the
         class's base build; j > 0: the coefficients store[k, g, j]): its rows (combinations x
         classes, each a row of that class's picks), the picks per class (rows of positions in
         kept, in its choices' order), and per combination whether it may fit memory, its
         vectorised bound (inf where a lone class is proved above `cut` by coupling its slowest
-        stage and sync, _coupled_out), and whether it is all-Megatron. `linked`: the combinations
+        stage and sync, _coupled_out), and whether it is all-Megatron; after the picks, each
+        class's (A, S, D, fits) per pick (_class_terms). `linked`: the combinations
         that can still win read again with each class's slowest stage over its buckets' plans
-        (_linked_terms)."""
+        (_linked_terms). `mega`: as _picks_grid's (_step: a node's rows take Megatron's plan
+        only where it holds it, the others are not its own and never read)."""
         K = len(self.o.classes)
-        members, picks, grid, megatron = self._picks_grid(kept)
+        members, picks, grid, megatron = self._picks_grid(kept, mega)
         terms = [self._class_terms(k, members[k], kept, picks[k], store, self.meg) for k in range(K)]
 
         def bounded():
@@ -738,15 +776,17 @@ class OuterChoices:
                                         tuple(x[rows] for x in terms[0][:3]), cut)
                 quick = quick.copy()
                 quick[rows[out]] = np.inf
-        return grid, picks, fits, quick, megatron
+        return grid, picks, terms, fits, quick, megatron
 
-    def _picks_grid(self, kept: dict) -> tuple:
+    def _picks_grid(self, kept: dict, mega: dict | None = None) -> tuple:
         """(members, picks, grid, megatron) of the combinations of the entries kept[x] of each
         choice x: each class's choices, its picks (rows of positions in kept, in its choices'
-        order), the combinations (rows of one pick per class) and which is all-Megatron."""
+        order), the combinations (rows of one pick per class) and which is all-Megatron.
+        `mega`: per choice whether Megatron's plan (position 0) is its to pick (all: None)."""
         K = len(self.o.classes)
         members = [[x for x in self.keys if x[0] == k] for k in range(K)]
-        picks = [np.array(list(itertools.product(*(range(len(kept[x])) for x in members[k]))), int)
+        first = {x: 0 if mega is None or mega[x] else 1 for x in self.keys}
+        picks = [np.array(list(itertools.product(*(range(first[x], len(kept[x])) for x in members[k]))), int)
                  .reshape(-1, len(members[k])) for k in range(K)]
         grid = np.stack(np.meshgrid(*[np.arange(len(x)) for x in picks], indexing="ij"), -1).reshape(-1, K)
         megatron = np.all([(picks[k] == 0).all(1)[grid[:, k]] for k in range(K)], axis=0)
@@ -831,6 +871,13 @@ class OuterChoices:
         got = self.linked_keys.pop(node.sets, None)
         if got is not None:
             return got
+        try:
+            return self._linked_read(node, cut)
+        finally:
+            self.kid_terms.pop(node.sets, None)
+
+    def _linked_read(self, node: "Subset", cut: float) -> float:
+        """_linked_now's read of a node not read in a batch before (its steps there)."""
         if self._partly_priced(node):
             # read first with the plans priced by now, each other bucket as one plan at its
             # coefficients (_pseudo_steps): a bound of every combination too, so above `cut`
@@ -850,6 +897,7 @@ class OuterChoices:
             for n, lb in zip(ready, self._linked(ready)):
                 self.linked_keys[n.sets] = float(lb)
                 del self.unlinked[n.sets]
+                self.kid_terms.pop(n.sets, None)
         return got
 
     def _partly_priced(self, node: "Subset") -> bool:
@@ -863,8 +911,12 @@ class OuterChoices:
         """Per node of `nodes`, a lower bound of every combination of it: each class's slowest
         stage, stages' sum and slowest sync read over the combinations of its choices' plans
         (_linked_reads), each at least its term at the node's coefficients per choice
-        (_node_store); all nodes at once."""
+        (_node_store); all nodes at once. The terms at the node's coefficients are those its
+        parent's _step read for it (kid_terms: the same arrays, row by row) where each node
+        has them, else read here."""
         per = []
+        memo = [self.kid_terms.get(n.sets) for n in nodes]
+        memo = None if any(m is None for m in memo) else memo
         for k in range(len(self.o.classes)):
             members = [x for x in self.keys if x[0] == k]
             store, kept = {}, {x: [0] for x in members}
@@ -876,7 +928,8 @@ class OuterChoices:
                     if sets[x] not in kept[x][1:]:
                         kept[x].append(sets[x])
                     picks[r, col] = kept[x].index(sets[x], 1)
-            terms = self._class_terms(k, members, kept, picks, store, self.meg)
+            terms = self._class_terms(k, members, kept, picks, store, self.meg) if memo is None else \
+                tuple(np.stack([m[k][i] for m in memo]) for i in range(4))
             per.append(self._linked_terms(k, members, kept, picks, terms, np.arange(len(nodes)), store,
                                           priced_only)[:3])
         return self._combination_bounds(per)
@@ -937,15 +990,18 @@ class OuterChoices:
 
         def pseudo(x, j) -> bool:
             return priced_only and (x, kept[x][j] or (0,)) not in self.plan_steps
-        steps = [{j: (self._pseudo_steps(x, kept[x][j], store) if pseudo(x, j) else self._steps(x, kept[x][j] or (0,)))[si]
-                  for j in np.unique(picks[:, col]).tolist()} for col, x in enumerate(members)]
-        syncs = [{j: self._sync_steps(x, kept[x][j], store, si, pseudo(x, j)) for j in np.unique(picks[:, col]).tolist()}
-                 for col, x in enumerate(members)]
-        rows = [[steps[col][j] for col, j in enumerate(row)] for row in picks.tolist()]
+        # each column's entries read once, the rows as positions among them (plan_bottleneck's
+        # *_picked: every row in one batch)
+        used = [np.unique(picks[:, col], return_inverse=True) for col in range(len(members))]
+        at = np.stack([inv.reshape(-1) for _, inv in used], 1).reshape(picks.shape)
+        steps = [[(self._pseudo_steps(x, kept[x][j], store) if pseudo(x, j) else self._steps(x, kept[x][j] or (0,)))[si]
+                  for j in js.tolist()] for x, (js, _) in zip(members, used)]
+        syncs = [[self._sync_steps(x, kept[x][j], store, si, pseudo(x, j)) for j in js.tolist()]
+                 for x, (js, _) in zip(members, used)]
         need = self.inst.model.layers // self.o.virtual_stages
-        tau = least_levels([[a for a, _, _ in row] for row in rows], need)
-        sigma = least_sums([[b for _, b, _ in row] for row in rows], need)
-        delta = least_levels([[syncs[col][j] for col, j in enumerate(row)] for row in picks.tolist()], need)
+        tau = least_levels_picked([[e[0] for e in col] for col in steps], at, need)
+        sigma = least_sums_picked([[e[1] for e in col] for col in steps], at, need)
+        delta = least_levels_picked(syncs, at, need)
         return tau * (1 - FLOAT_SAFETY), sigma * (1 - FLOAT_SAFETY), delta * (1 - FLOAT_SAFETY)
 
     def _sync_steps(self, x, entry, store, si: int, pseudo: bool = False):
@@ -1012,29 +1068,18 @@ class OuterChoices:
         """Per scenario position, the arrays one_class.stage_levels reads of choice x's stages
         under each plan of `plans` (rows in that order; 0: Megatron's build): memory as priced
         on the first scenario, times on each, capacity from Megatron's build, as _class_arrays
-        reads them. A plan not seen before is priced with the others missing in one pass per
-        scenario (build_plans), and only these rows kept (a block per pass)."""
+        reads them. Each plan's builds are those the last level reads (_price_buckets: the
+        plans not priced yet in one pass; the last level prices them no more)."""
         k, g = x
-        mask, S = self.masks[x], len(self.scenarios)
-        missing = [p for p in dict.fromkeys(plans) if (x, p) not in self.plan_home]
-        if missing:
-            if 0 in missing:
-                per = [[self.meg[si, k]] for si in range(S)]
-                missing = [0]
-            else:
-                per = [self._build_plans(i, k, [self._layer_fn(i, k, {g: on_group(P.partition_layer_fn(
-                    dict(self.plans[x][p])), self.ginst[i, g])}) for p in missing]) for i in self.scenarios]
-            block = [{f: np.stack([getattr(c, f)[mask] for c in per[0 if f in _MEMORY else si]])
-                      for f in _MEMORY + _TIMES} for si in range(S)]
-            self.plan_blocks.append(block)
-            self.plan_home.update({(x, p): (len(self.plan_blocks) - 1, r) for r, p in enumerate(missing)})
-            if len(missing) < len(set(plans)):
-                return self._plan_arrays(x, plans)  # Megatron's first, then the others
-        at = [self.plan_home[x, p] for p in plans]
+        mask = self.masks[x]
+        self._price_buckets(x, [(p,) for p in plans if p])
+        per = [self.meg[si, k] for si in range(len(self.scenarios))]
+        builds = [per if p == 0 else self.priced[k, g, (p,)] for p in plans]
         cap = self.meg[0, k].capacity_bytes[mask]
         out = []
-        for si in range(S):
-            arrays = {f: np.stack([self.plan_blocks[b][si][f][r] for b, r in at]) for f in _MEMORY + _TIMES}
+        for si in range(len(self.scenarios)):
+            arrays = {f: np.stack([getattr(c[0 if f in _MEMORY else si], f)[mask] for c in builds])
+                      for f in _MEMORY + _TIMES}
             arrays["capacity_bytes"] = np.broadcast_to(cap, arrays["layer_time_s"].shape)
             out.append(arrays)
         return out

@@ -161,3 +161,64 @@ def least_sums(rows: list[list[np.ndarray]], need: int) -> np.ndarray:
             acc = np.where(below, acc[None, :] + h[back], np.inf).min(1)
         out[r] = (acc + sums[-1][::-1]).min() if len(sums) > 1 else acc[need]
     return out
+
+
+# cells (rows x levels, or rows x counts x counts) one batch of the functions below holds at most
+PICKED_CELLS = 1 << 21
+_NONE_HELD = -(1 << 40)  # a group's count below its first step: no sum of counts reaches `need`
+
+
+def least_levels_picked(entries: list[list[tuple[np.ndarray, np.ndarray]]], picks: np.ndarray,
+                        need: int) -> np.ndarray:
+    """least_levels of the rows [entries[g][picks[r, g]] for each group g], every row at once:
+    each entry's counts read at every step of every entry (the sorted union U), summed per row
+    over its groups, and the least level of U where the sum reaches `need` taken. The same
+    number as least_levels': a row's sum is constant between its own steps, so the least such
+    level of U is one of them (a level of U below it that reached `need` would make the step at
+    or below that level reach it too); below a group's first step its count is _NONE_HELD, so no
+    level below the row's largest first step is taken; inf where none reaches `need`."""
+    zs = [z for group in entries for z, _ in group]
+    levels = np.unique(np.concatenate(zs)) if zs else np.zeros(0)
+    out = np.full(len(picks), np.inf)
+    if not levels.size or not len(picks):
+        return out
+    held = []  # per group: (entries, levels) counts
+    for group in entries:
+        m = np.full((len(group), levels.size), _NONE_HELD, np.int64)
+        for j, (z, c) in enumerate(group):
+            if z.size:
+                at = np.searchsorted(z, levels, side="right") - 1
+                m[j] = np.where(at >= 0, c[np.maximum(at, 0)], _NONE_HELD)
+        held.append(m)
+    step = max(1, PICKED_CELLS // levels.size)
+    for a in range(0, len(picks), step):
+        rows = picks[a:a + step]
+        total = sum(m[rows[:, g]] for g, m in enumerate(held))
+        reach = total >= need
+        out[a:a + step] = np.where(reach.any(1), levels[reach.argmax(1)], np.inf)
+    return out
+
+
+def least_sums_picked(entries: list[list[np.ndarray]], picks: np.ndarray, need: int) -> np.ndarray:
+    """least_sums of the rows [entries[g][picks[r, g]] for each group g], every row at once: the
+    same min-plus steps, float for float, on a batch of rows."""
+    out = np.full(len(picks), np.inf)
+    if not len(picks):
+        return out
+    c = np.arange(need + 1)
+    back = c[:, None] - c[None, :]  # [c, a]: the count left to the next group, a <= c
+    below = back >= 0
+    back = np.where(below, back, 0)
+    sums = [np.stack(group) for group in entries]  # per group: (entries, need + 1)
+    step = max(1, PICKED_CELLS // (need + 1) ** 2)
+    for a in range(0, len(picks), step):
+        rows = picks[a:a + step]
+        acc = sums[0][rows[:, 0]]
+        for g in range(1, len(sums) - 1):  # acc'[r, c] = min over a <= c of acc[r, a] + h_r[c - a]
+            h = sums[g][rows[:, g]]
+            acc = np.where(below[None], acc[:, None, :] + h[:, back], np.inf).min(2)
+        if len(sums) > 1:
+            out[a:a + step] = (acc + sums[-1][rows[:, -1]][:, ::-1]).min(1)
+        else:
+            out[a:a + step] = acc[:, need]
+    return out
