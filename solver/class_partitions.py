@@ -89,7 +89,7 @@ from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, hel
                                                     level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_front, stage_arrays,
-                                             optimistic_terms, plan_rows, plans_per_outer)
+                                             optimistic_terms, plan_rows, plans_per_outer, table_terms)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
 LEVELS = (32, 8)  # plans per bucket at each level of step 2, largest first
@@ -315,7 +315,7 @@ class OuterChoices:
                 continue
             ginst, site, _ = self._where(k, g)[si]
             table = P.table_for(ginst, self.cg[k, g], site, self.net)
-            lo_t, hi_t = optimistic_terms(table, plan_rows(table, P.token_split_allowed(self.cg[k, g])))
+            lo_t, hi_t = table_terms(table, P.token_split_allowed(self.cg[k, g]))
             lo_fns[g], hi_fns[g] = _const(lo_t), _const(hi_t)
         c = self._below(self.scenarios[si], k, lo_fns, hi_fns) if lo_fns else self.meg[si, k]
         return c, memory_infeasible(c)
