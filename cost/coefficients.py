@@ -1304,12 +1304,53 @@ def build_plans(inst: Instance, outer: Outer, layer_fns, net: NetEfficiency = Ne
     """build of `outer` with each of `layer_fns` (one per layer plan), in order: the
     configuration's own terms (_OuterParts) computed once, then each plan's layer costs,
     memory and stage terms; the same numbers, float for float, as one build per plan."""
+    _refuse_dualpipe(inst, dualpipe)
+    parts = _outer_parts(inst, outer, net, reserve_bytes, placement)
+    return [_plan_build(inst, outer, parts, net, fn, skip_if_memory_infeasible) for fn in layer_fns]
+
+
+def _refuse_dualpipe(inst: Instance, dualpipe: bool) -> None:
     if inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE and not dualpipe:
         raise ConfigError("job.pipeline_schedule dualpipe is priced by cost/dualpipe.py (its own"
                           " terms, and its own split problem in the planner: formulations/dualpipe.py),"
                           " not by these 1F1B coefficients")
+
+
+def build_syncs(inst: Instance, outer: Outer, layer_fns, net: NetEfficiency = NetEfficiency(),
+                reserve_bytes: float = 0.0, placement: Placement | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """build_plans' (layer_sync_time_s, stage_sync_time_s) of each of `layer_fns`, float for
+    float (the same functions), without the plans' memory, stage times or records: a bound that
+    lowers only the two sync arrays by a second layer plan (class_partitions' optimistic builds,
+    backward_lowers_only_syncs) reads these of it."""
+    _refuse_dualpipe(inst, False)
+    if outer.zero_bubble is ZeroBubble.V:  # v_shaped moves the last stage's sync: read off the build
+        return [(c.layer_sync_time_s, c.stage_sync_time_s)
+                for c in build_plans(inst, outer, layer_fns, net, reserve_bytes, placement)]
     parts = _outer_parts(inst, outer, net, reserve_bytes, placement)
-    return [_plan_build(inst, outer, parts, net, fn, skip_if_memory_infeasible) for fn in layer_fns]
+    if parts.extras is None:
+        parts.extras = _stage_extras(inst, outer, parts.pl, parts.where, parts.tps, net)
+    out = []
+    for fn in layer_fns:
+        uniq = _plan_layer_costs(inst, outer, parts, net, fn)
+        dense = _dense_prefix_costs(inst, outer, parts.pl, parts.dp_n, net, fn)
+        out.append(_plan_syncs(inst.model, outer, parts, parts.extras, uniq, dense))
+    return out
+
+
+def backward_lowers_only_syncs(inst: Instance, o: Outer) -> bool:
+    """Whether raising a layer plan's bwd_s alone (LayerTerms equal but for it) leaves every
+    array of build that a layer plan sets (partition_plans.stage_arrays) no lower, float for
+    float, but layer_sync_time_s and stage_sync_time_s: then the elementwise minimum of the
+    builds at the two backwards is the lower one's build with those two arrays at their
+    minimum (build_syncs). _layer_costs reads bwd in ZeRO-3's per-micro-batch windows, which
+    are zero unless ZeRO-3 gathers per micro-batch (outside a pipeline: gathered_per_step), in
+    the exposed gradient sync (layer_sync, grad_tail: the sync arrays only) and in layer_time =
+    fwd + bwd + 0 + 0 + slowdown, each rounded addition non-decreasing in bwd; stage times read
+    the layer time only through multi-token prediction (a positive multiple, then sums, the
+    slowest rank's factor and v_shaped's a[0] + (a[last] - a[mid]), a[mid] free of it), the
+    drain saving k w t_s grows with it, the memory reads no time (stage_memory.plan_memory),
+    and an MoE model (its dense prefix reads dense - MoE layer time) is left out."""
+    return (o.zero < 3 or memory.gathered_per_step(o.zero, o.pp)) and inst.model.moe is None
 
 
 def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency, layer_fn,
@@ -1317,10 +1358,7 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
     """build of one layer plan (`layer_fn`) on the configuration's `parts`."""
     m = inst.model
     dp_n = parts.dp_n
-    by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (class_coefficients.class_layer_fn)
-    uniq = [_shared_layer_costs(inst, stage_outer(o, site), site, dp_n, net,
-                                by_site[id(site)] if by_site is not None else layer_fn)
-            for site in parts.uniq_sites]
+    uniq = _plan_layer_costs(inst, o, parts, net, layer_fn)
     per_stage = [uniq[i] for i in parts.where]
 
     # --- memory (cost/stage_memory.py: what each framework allocates)
@@ -1342,21 +1380,11 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
         return stage_values([getattr(u, attr) for u in uniq], parts.at)
 
     stage_parts, stage_time = _stage_time(m, o, x, per_stage)
-    stage_sync = _stage_sync(m, o, parts, x, uniq, per_stage, col)
-    layer_sync = col("layer_sync")
-    if parts.overlap_a2a:
-        # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
-        # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
-        layer_sync = layer_sync + parts.warm / o.virtual_stages * stage_values([u.terms.a2a_hidden_s for u in uniq],
-                                                                               parts.at)
-    if m.mtp_layers:  # the multi-token prediction layers' gradient sync and step
-        stage_sync[-1] += m.mtp_layers * layer_sync[-1]
-    if dense is not None:  # the dense prefix's time and sync on the first stage (above)
-        d = inst.model.moe.dense_layers
-        dense_prefix_s = d * (dense.layer_time - per_stage[0].layer_time)
+    layer_sync, stage_sync = _plan_syncs(m, o, parts, x, uniq, dense)
+    if dense is not None:  # the dense prefix's time on the first stage (above; its sync: _plan_syncs)
+        dense_prefix_s = inst.model.moe.dense_layers * (dense.layer_time - per_stage[0].layer_time)
         stage_parts.add("dense_prefix", {0: dense_prefix_s})
         stage_time[0] += dense_prefix_s
-        stage_sync[0] += d * (dense.layer_sync - layer_sync[0])  # (no all-to-all to unhide)
     # Every barrier (tp collectives, pipeline hand-offs, the gradient reduction) waits for the
     # slowest of the job's ranks, which chain the whole job: each micro-batch's work lasts
     # (1 + slow) times the mean rank's (cost/scale.py prices slow from the per-rank jitter)
@@ -1381,6 +1409,37 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
         stage_state_bytes=mem.stage_state_bytes,
     )
     return c if o.zero_bubble is None else zero_bubble.shaped(c, m)
+
+
+def _plan_layer_costs(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency, layer_fn) -> list:
+    """One layer plan's _LayerCosts on each distinct site of the configuration's `parts`."""
+    by_site = getattr(layer_fn, "by_site", None)  # a layer_fn per site (class_coefficients.class_layer_fn)
+    return [_shared_layer_costs(inst, stage_outer(o, site), site, parts.dp_n, net,
+                                by_site[id(site)] if by_site is not None else layer_fn)
+            for site in parts.uniq_sites]
+
+
+def _plan_syncs(m: ModelSpec, o: Outer, parts: _OuterParts, x: StageExtras, uniq: list,
+                dense) -> tuple[np.ndarray, np.ndarray]:
+    """One layer plan's per-layer and once-per-step sync of each stage (build's
+    layer_sync_time_s and stage_sync_time_s before zero_bubble.shaped), from its layer costs
+    on each distinct site (`uniq`) and its dense prefix's (`dense`, or None)."""
+    per_stage = [uniq[i] for i in parts.where]
+
+    def col(attr: str) -> np.ndarray:
+        return stage_values([getattr(u, attr) for u in uniq], parts.at)
+    stage_sync = _stage_sync(m, o, parts, x, uniq, per_stage, col)
+    layer_sync = col("layer_sync")
+    if parts.overlap_a2a:
+        # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
+        # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
+        layer_sync = layer_sync + parts.warm / o.virtual_stages * stage_values([u.terms.a2a_hidden_s for u in uniq],
+                                                                               parts.at)
+    if m.mtp_layers:  # the multi-token prediction layers' gradient sync and step
+        stage_sync[-1] += m.mtp_layers * layer_sync[-1]
+    if dense is not None:  # the dense prefix's sync on the first stage (no all-to-all to unhide)
+        stage_sync[0] += m.moe.dense_layers * (dense.layer_sync - layer_sync[0])
+    return layer_sync, stage_sync
 
 
 def _stage_time(m: ModelSpec, o: Outer, x: StageExtras, per_stage: list) -> tuple[StageParts, np.ndarray]:

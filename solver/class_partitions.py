@@ -77,7 +77,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paraplan.cost import partition as P
-from paraplan.cost.coefficients import StageCoefficients, build, build_plans
+from paraplan.cost.coefficients import (StageCoefficients, backward_lowers_only_syncs, build, build_plans,
+                                        build_syncs)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
@@ -88,7 +89,7 @@ from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, hel
                                                     least_sums_picked, level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.partition_plans import (elementwise_min, enabled, joint_front, stage_arrays,
-                                             optimistic_terms, plan_rows, plans_per_outer)
+                                             optimistic_terms, plan_rows, plans_per_outer, table_terms)
 
 REL_TOL = 1e-9  # as solver/planner.REL_TOL: a bound equal to U within it is not pruned
 LEVELS = (32, 8)  # plans per bucket at each level of step 2, largest first
@@ -314,7 +315,7 @@ class OuterChoices:
                 continue
             ginst, site, _ = self._where(k, g)[si]
             table = P.table_for(ginst, self.cg[k, g], site, self.net)
-            lo_t, hi_t = optimistic_terms(table, plan_rows(table, P.token_split_allowed(self.cg[k, g])))
+            lo_t, hi_t = table_terms(table, P.token_split_allowed(self.cg[k, g]))
             lo_fns[g], hi_fns[g] = _const(lo_t), _const(hi_t)
         c = self._below(self.scenarios[si], k, lo_fns, hi_fns) if lo_fns else self.meg[si, k]
         return c, memory_infeasible(c)
@@ -734,9 +735,19 @@ class OuterChoices:
         """Class k on scenario i with each group g of the dicts at optimistic terms: the
         elementwise minimum of a build at lo_fns[g] (every term least) and one at hi_fns[g]
         (the backward at its largest), below every plan those terms bound
-        (partition_plans.optimistic_coefficients, per group)."""
-        lo, hi = self._build_plans(i, k, [self._layer_fn(i, k, fns) for fns in (lo_fns, hi_fns)])
-        return elementwise_min(lo, hi)
+        (partition_plans.optimistic_coefficients, per group). The two terms differ only in
+        the backward, so where that lowers no array but the two syncs
+        (coefficients.backward_lowers_only_syncs) only those are read of the second (build_syncs,
+        scaled as _build_plans scales them): the same arrays, float for float."""
+        if not backward_lowers_only_syncs(self.inst, self.co[k]):
+            lo, hi = self._build_plans(i, k, [self._layer_fn(i, k, fns) for fns in (lo_fns, hi_fns)])
+            return elementwise_min(lo, hi)
+        lo = self._build_plans(i, k, [self._layer_fn(i, k, lo_fns)])[0]
+        (layer_sync, stage_sync), = build_syncs(self.inst, self.co[k], [self._layer_fn(i, k, hi_fns)], self.net,
+                                                self.inst.search.memory_reserve_bytes, placement=self.placed(i, k))
+        return dataclasses.replace(
+            lo, layer_sync_time_s=np.minimum(lo.layer_sync_time_s, layer_sync * self.factor),
+            stage_sync_time_s=np.minimum(lo.stage_sync_time_s, stage_sync * self.factor))
 
     def _grid(self, kept: dict, store: dict, cut: float, linked: bool = False):
         """_grid_terms less its class terms: (grid, picks, fits, quick, megatron)."""
@@ -829,8 +840,10 @@ class OuterChoices:
             for col, x in enumerate(members):
                 stack = np.stack([getattr(base[at, k], attr)] +
                                  [getattr(priced[x[0], x[1], j][at], attr) for j in kept[x][1:]])
-                chosen = stack[picks[:, col]]
-                out[:, self.masks[x]] = chosen[:, self.masks[x]]
+                # only the member's own stages gathered per row: a grid's rows are many (on the
+                # three-type, two-site row these reads were 8% of a profiled run, every stage
+                # gathered per row and then masked)
+                out[:, self.masks[x]] = stack[:, self.masks[x]][picks[:, col]]
             return out
         # memory is priced on the first scenario (it does not depend on the network)
         out = {f: rows(f, 0) for f in ("layer_state_bytes", "layer_act_bytes", "layer_ckpt_bytes",
