@@ -285,9 +285,13 @@ class RecomputeFloor:
         key = ("rows", g, tp, cp, pp, zeros, most_ranks, v)
         got = self.memo.get(key)
         if got is None:
-            got = self.memo[key] = [_undominated([self._row(g, tp, cp, pp, b, sp, z, most_ranks, v)
+            modes = ("modes", g, tp, cp, pp, zeros, most_ranks)  # the undominated (sp, ZeRO), alike at every v
+            if modes not in self.memo:
+                self.memo[modes] = [_undominated([(sp, z, self.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks))
                                                   for sp, z in itertools.product(self.sps(tp, cp), zeros)])
                                     for b in self.fb.mbs.astype(int).tolist()]
+            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks, v) for sp, z in per_mb]
+                                    for b, per_mb in zip(self.fb.mbs.astype(int).tolist(), self.memo[modes])]
         return got
 
     def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
@@ -448,21 +452,21 @@ class RecomputeFloor:
         return f + r * self.rc_fwd_s(g, tp, cp) / self.inst.model.layers
 
 
-def _undominated(rows: list[tuple]) -> list[tuple]:
-    """Of one micro-batch size's rows (_row's (key, row)), each once, less those another row
-    dominates: the same sp and checkpoint c (so the same stash a, hand-off and floors), at
-    least its room and at most its state (issue 33: ZeRO's stages differ in these alone, and
-    the rows of every stage took most of GPT-3 175B / 1,024 A100's option keys with
-    classes_per_group 2). Every stage time t_s(n) = n f + rho ceil((n (state + F a) - room) /
-    (F (a - c))) + head is then at most the other's, in floats too (each operation is monotone),
-    and so is the most a stage holds: so are A* and R, of which the bound reads the least over
-    the rows."""
+def _undominated(modes: list[tuple]) -> list[tuple]:
+    """Of one micro-batch size's (sp, ZeRO, stage_terms' (room, state, a, c)), the (sp, ZeRO)
+    of each distinct row once, less those another dominates: the same sp, a and c (so the same
+    hand-off and floors), at least its room and at most its state (issue 33: ZeRO's stages
+    differ in these alone, and the rows of every stage took most of GPT-3 175B / 1,024 A100's
+    option keys with classes_per_group 2). Every stage time t_s(n) = n f + rho ceil((n (state
+    + F a) - room) / (F (a - c))) + head is then at most the other's, in floats too (each
+    operation is monotone), and so is the most a stage holds: so are A* and R, of which the
+    bound reads the least over the rows."""
     out: dict[tuple, tuple] = {}
-    for k, row in rows:
-        out.setdefault(k, (k, row))
+    for sp, z, terms in modes:
+        out.setdefault((sp, *terms), (sp, z))
     keys = list(out)
     return [out[k] for k in keys
-            if not any(x[6] == k[6] and x[9] == k[9] and x[7] >= k[7] and x[8] <= k[8] and x[7:9] != k[7:9]
+            if not any(x[0] == k[0] and x[3:] == k[3:] and x[1] >= k[1] and x[2] <= k[2] and x[1:3] != k[1:3]
                        for x in keys)]
 
 
