@@ -446,13 +446,29 @@ class OptionBounds:
             rest = (before[j][0] + after[0], before[j][1] + after[1], before[j][2] + after[2],
                     before[j][3] and after[3], before[j][4] + after[4], min(before[j][5], after[5]),
                     before[j][6] + after[6], max(before[j][7], after[7]))
-            states = [self._chosen(plain, j, i) for i in range(len(plain.levels[j]))]
-            d, b, slots, _, deep, reps, _, d3 = (np.array(x) for x in zip(*states))
-            sync = np.stack([self._sync(plain.fam, plain.zeros, int(r) + rest[4], self._shallow(state, rest))
-                             for r, state in zip(reps, states)])
+            qs, at = plain.levels[j], plain.state  # the profiles chosen beside the root's fixed part
+            d = at[0] + np.stack([x[0] for x in plain.rates[j]])
+            b = at[1] + np.stack([x[1] for x in plain.rates[j]])
+            slots = at[2] + np.array([q.slots for q in qs])
+            deep = at[4] & np.array([q.deep for q in qs])
+            d3 = at[7] + (np.array([q.slots for q in qs])[:, None, None, None] / plain.f3[j]
+                          if plain.f3 is not None else 0.0)
+            syncs: dict[tuple, np.ndarray] = {}  # profiles share replicas and depths
+            each = []
+            for q in qs:
+                state = (None, None, None, at[3] + q.classes, None, None, min(at[6], q.shallow))
+                key = (at[5] + q.slots - q.bubble + rest[4], self._shallow(state, rest))
+                if key not in syncs:
+                    syncs[key] = self._sync(plain.fam, plain.zeros, *key)
+                each.append(syncs[key])
+            sync = np.stack(each)
             per_v = self._bound(plain, d + rest[0], d3 + rest[6], b + rest[1], slots + rest[2], deep & rest[3], sync,
                                 per_v=True)
-            out.append([tuple(bool(can_win(x)) for x in row) for row in per_v.tolist()])
+            # a profile that cannot win at its least v wins at none (can_win reads a bound against
+            # the bar): most are read once (issue 33, Llama 3 8B / 256 H100 with both options)
+            none = (False,) * per_v.shape[-1]
+            out.append([tuple(bool(can_win(x)) for x in row) if can_win(min(row)) else none
+                        for row in per_v.tolist()])
         return out
 
     def _node_of(self, fam: OptionFamily, order: tuple, base: _Base, ways: list, levels: list, f: list, f3, stage,
@@ -520,11 +536,12 @@ class OptionBounds:
         key = self._rates_key(fam, g, ways, zeros, None, None, False, tuple(live))
         got = self.ways.get(key)
         if got is None or got[0] is not ways:
+            plain = self._rates(fam, g, ways, levels, zeros, first=True)  # the root's plain reading, in hand
             each = []
-            for q, at in zip(levels, live):
+            for q, at, alone in zip(levels, live, plain):
                 one = None if all(at) else at
-                each.append(self._profile_rate(self._rates_key(fam, g, ways, zeros, None, None, not any(at), one),
-                                               fam, g, ways, q, None))
+                each.append(self._profile_rate(self._rates_key(fam, g, ways, zeros, None, None, False, one),
+                                               fam, g, ways, q, None) if any(at) else alone)
             got = self.ways[key] = (ways, each)
         return got[1]
 
@@ -582,6 +599,10 @@ class OptionBounds:
         own, the derivation's plain reading; the family's key, family_bound); `live`
         (a bool per v, None: all): the memory's reading at the v it marks, the plain one at the
         others (each a bound at its v: _root)."""
+        key = ("class terms", g, fam.tp, fam.cp, pp, zeros, most, first, live)  # (profiles share classes)
+        got = self.ways.get(key) if raised is None else None
+        if got is not None:
+            return got
         plain = None
         if raised is not None or first or live is not None:
             plain = self._plain_terms(fam, g, pp, raised)
@@ -590,7 +611,10 @@ class OptionBounds:
             along = None if live is None else tuple(v for v, x in zip(self.vs, live) if x)
             each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v, along) if live is None or live[i]
                     else plain[i] for i, v in enumerate(self.vs)]
-        return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
+        got = np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
+        if raised is None:
+            self.ways[key] = got
+        return got
 
     def _plain_terms(self, fam: OptionFamily, g: int, pp: int, raised) -> list[tuple]:
         """Per v of OptionBounds.vs, (rate, bubble) of a replica class of pp stages on group g
