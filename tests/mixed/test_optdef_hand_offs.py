@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
 import pytest
 from option_layouts import option_family_layouts
 from randinst import random_instance
