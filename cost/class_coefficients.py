@@ -39,7 +39,8 @@ from paraplan.cost import comm, moe, schedule
 from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build, megatron_layer
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
-from paraplan.cost.specs import Cluster
+from paraplan.cost.flops import BF16_BYTES
+from paraplan.cost.specs import Cluster, ModelSpec, NodeGroup
 from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.specs import Instance, Link, Outer
 
@@ -186,6 +187,24 @@ def class_placement(hc: Cluster, ho: ClassOuter, k: int) -> Placement:
     pairs = tuple((s, s + 1) for s in range(c.pp - 1)) + wrap
     return Placement(sites=tuple(sites), edge_pairs=pairs, edges=tuple(hand_off(a, z) for a, z in pairs),
                      tie=hand_off(0, c.pp - 1), dp_ranks=ho.replicas * ho.cp)
+
+
+def least_hand_off_s(m: ModelSpec, group: NodeGroup, tp: int, cp: int, micro_batch: int, sp: bool, v: int,
+                     net: NetEfficiency = NetEfficiency()) -> float:
+    """The least pipeline hand-off seconds per micro-batch one stage pays in a class of two
+    stages or more whose stages all lie on `group` at tp and cp, whatever its replicas and its
+    place among the classes (coefficients._pipeline_p2p_s on class_placement): every stage
+    touches an edge, each edge costs v (p2p of emb_io / tp + the receivers' tp all-gather, none
+    with sp or tp 1). An edge inside one group runs over comm.pair_link's NVLink or NIC: where a
+    stage's tp x cp GPUs fill a domain, its hand-offs (offset >= a domain) always cross it, so
+    the NIC; else the cheaper of the two. Priced as build prices it, without the slowest rank's
+    wait (>= 0): at most each edge of every such class."""
+    emb_io = micro_batch * m.seq_len / cp * m.hidden * BF16_BYTES
+    links = [(group.inter_node, True)]
+    if tp * cp < group.domain_gpus:
+        links.append((group.intra_node, False))
+    regather = 0.0 if tp == 1 or sp else comm.all_gather_time_s(emb_io, tp, *comm.group_link(group, tp, 1), net)
+    return v * (min(comm.p2p_time_s(emb_io / tp, link, inter, net) for link, inter in links) + regather)
 
 
 def group_site(hc: Cluster, ho: ClassOuter, g: int, rings: bool = True) -> Site:

@@ -73,6 +73,14 @@ bound above started at 7.3 s against an optimum of 11.1 s). Two terms raise it, 
   ZeRO-3 instead, which syncs nothing after the backward but gathers and reduce-scatters every
   layer per micro-batch: its floors are raised to at least 2 ag + rs
   (SyncFloor.zero3_layer_s) and the bound is the lesser of the two readings (_bound).
+- the pipeline hand-offs (option_recompute.RecomputeFloor.hand_off_s, cost/class_coefficients.
+  least_hand_off_s): every stage of a replica class of pp >= 2 stages touches an edge, each
+  edge paid by both its stages (pp - 1 edges, pp at v > 1), so each stage's time carries at
+  least e (the least edge of its group at tp, cp, b) and the stage times 2 (pp - 1) e more: A*
+  and S_lo read them (issue 33: GPT-3 175B / 1,024 A100's pipelined roots with
+  classes_per_group 2 were read at 18.0-18.6 s against the optimum's 19.47 s; the output layer
+  h_g and these raise the floors' reading, _plain_terms, too). Where a zero-bubble schedule
+  shapes the stage terms (v > 1) neither is read.
 The pipeline part and the sync are bounded apart (each at its least over the modes), so their
 sum is at most the plan's time; both multiply by the same quantile factor as the plan.
 With per-operator partitions (search.tensor_partitions) f_g is the layer plans' floor
@@ -413,14 +421,65 @@ class OptionBounds:
             live = tuple(bool(can_win(x)) for x in self._relaxed(plain, plain.state, 0, per_v=True).tolist())
             if not any(live):
                 return plain
-            live = None if all(live) else live
+            live = self._profiles_live(plain, can_win)
         return self._node_of(fam, order, base, ways, levels, f, f3, stage, zeros, pipelined, raised, first, live)
+
+    def _profiles_live(self, plain: "_Node", can_win) -> list[list[tuple]]:
+        """Per group of root `plain` (read on the floors alone), per profile, whether at each v
+        a completion choosing that profile can still win: the bound of the profile with every
+        other group relaxed (as _children's, the groups before it relaxed too), on the plain
+        terms. Only there does _node_of read the memory its classes' groups hold (issue 33: on
+        GPT-3 175B / 1,024 A100 with classes_per_group 2, every depth of the group's ways read
+        at a root's live v was a third of the search, for the few profiles that win): elsewhere
+        each keeps its plain terms, a bound at its v, so every bound read from the root is."""
+        n = len(plain.levels)
+        before = [(0.0, 0.0, 0, True, 0, math.inf, 0.0, 0.0)]  # relaxation of the groups before j
+        for j in range(n - 1):
+            top, _, least_p, some_deep, least_r, most_sh = self._summary(plain.ways[j])[1]
+            top_d, least_bb, deepest = self._spread(plain.levels[j], plain.rates[j])
+            d, b, p, deep, r, sh, d3, some = before[-1]
+            before.append((d + top_d, b + least_bb, p + least_p, deep and some_deep, r + least_r, min(sh, most_sh),
+                           d3 + top / plain.f3[j] if plain.f3 is not None else 0.0, max(some, deepest)))
+        out = []
+        for j in range(n):
+            after = plain.rest[j + 1]
+            rest = (before[j][0] + after[0], before[j][1] + after[1], before[j][2] + after[2],
+                    before[j][3] and after[3], before[j][4] + after[4], min(before[j][5], after[5]),
+                    before[j][6] + after[6], max(before[j][7], after[7]))
+            qs, at = plain.levels[j], plain.state  # the profiles chosen beside the root's fixed part
+            d = at[0] + np.stack([x[0] for x in plain.rates[j]])
+            b = at[1] + np.stack([x[1] for x in plain.rates[j]])
+            slots = at[2] + np.array([q.slots for q in qs])
+            deep = at[4] & np.array([q.deep for q in qs])
+            d3 = at[7] + (np.array([q.slots for q in qs])[:, None, None, None] / plain.f3[j]
+                          if plain.f3 is not None else 0.0)
+            syncs: dict[tuple, np.ndarray] = {}  # profiles share replicas and depths
+            each = []
+            for q in qs:
+                state = (None, None, None, at[3] + q.classes, None, None, min(at[6], q.shallow))
+                key = (at[5] + q.slots - q.bubble + rest[4], self._shallow(state, rest))
+                if key not in syncs:
+                    syncs[key] = self._sync(plain.fam, plain.zeros, *key)
+                each.append(syncs[key])
+            sync = np.stack(each)
+            per_v = self._bound(plain, d + rest[0], d3 + rest[6], b + rest[1], slots + rest[2], deep & rest[3], sync,
+                                per_v=True)
+            # a profile that cannot win at its least v wins at none (can_win reads a bound against
+            # the bar): most are read once (issue 33, Llama 3 8B / 256 H100 with both options)
+            none = (False,) * per_v.shape[-1]
+            out.append([tuple(bool(can_win(x)) for x in row) if can_win(min(row)) else none
+                        for row in per_v.tolist()])
+        return out
 
     def _node_of(self, fam: OptionFamily, order: tuple, base: _Base, ways: list, levels: list, f: list, f3, stage,
                  zeros: tuple, pipelined: bool, raised: bool, first: bool, live) -> "_Node":
-        """_root's node, its classes read by _rates (`first`, `live`: as _class_terms)."""
-        rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None, first=first, live=live)
-                 for g, w, lv, fg in zip(order, ways, levels, f)]
+        """_root's node, its classes read by _rates (`first`, `live`: as _class_terms, or per
+        group per profile, _profiles_live)."""
+        if isinstance(live, list):
+            rates = [self._rates_live(fam, g, w, lv, zeros, each) for g, w, lv, each in zip(order, ways, levels, live)]
+        else:
+            rates = [self._rates(fam, g, w, lv, zeros, fg if raised else None, first=first, live=live)
+                     for g, w, lv, fg in zip(order, ways, levels, f)]
         # per level, the relaxation of the levels from it on: (D, B, P, some deep, least
         # replicas, most shallowest stages: the shallowest class of a completion is no deeper
         # than the deepest shallowest class of each group left, D at ZeRO-3, the most stages
@@ -470,6 +529,22 @@ class OptionBounds:
                                            for q in levels])
         return got[1]
 
+    def _rates_live(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
+                    live: list[tuple]) -> list[tuple]:
+        """_rates with each profile's memory read at the v its `live` tuple marks (_profiles_live),
+        the plain terms at the others (_class_terms)."""
+        key = self._rates_key(fam, g, ways, zeros, None, None, False, tuple(live))
+        got = self.ways.get(key)
+        if got is None or got[0] is not ways:
+            plain = self._rates(fam, g, ways, levels, zeros, first=True)  # the root's plain reading, in hand
+            each = []
+            for q, at, alone in zip(levels, live, plain):
+                one = None if all(at) else at
+                each.append(self._profile_rate(self._rates_key(fam, g, ways, zeros, None, None, False, one),
+                                               fam, g, ways, q, None) if any(at) else alone)
+            got = self.ways[key] = (ways, each)
+        return got[1]
+
     def _rates_key(self, fam: OptionFamily, g: int, ways: list[tuple], zeros: tuple, raised, ranks: int | None,
                    first: bool, live: tuple | None = None) -> tuple:
         """_rates' memo key: keyed by the ranks read, not by whether they were asked (a layout
@@ -479,15 +554,17 @@ class OptionBounds:
         return ("rates", id(ways), g, fam.tp, fam.cp, tuple(zeros), raised is not None, most, first, live)
 
     def _rate_of(self, fam: OptionFamily, g: int, ways: list[tuple], levels: list[_Profile], zeros: tuple,
-                 ranks: int, i: int) -> tuple:
+                 ranks: int, i: int, live: tuple | None = None) -> tuple:
         """_rates(...)[i] at `ranks`, reading only profile i's classes where the group's other
         profiles were not read at those ranks (_at_ranks reads one profile per layout, at the
         next power of two of its replicas: issue 33, every profile's classes read at each such
-        count took 40% of GPT-3 175B / 1,024 A100's search with classes_per_group 2)."""
+        count took 40% of GPT-3 175B / 1,024 A100's search with classes_per_group 2); `live`:
+        as _class_terms (the whole reading, where in hand, reads every v)."""
         key = self._rates_key(fam, g, ways, zeros, None, ranks, False)
         got = self.ways.get(key)
         if got is not None and got[0] is ways:
             return got[1][i]
+        key = self._rates_key(fam, g, ways, zeros, None, ranks, False, live)
         one = self.ways.get(("rate",) + key + (i,))
         if one is None or one[0] is not ways:
             one = self.ways[("rate",) + key + (i,)] = (ways, self._profile_rate(key, fam, g, ways, levels[i], None))
@@ -517,25 +594,54 @@ class OptionBounds:
         """(rate, bubble), each (v, micro-batch sizes, scenarios) over OptionBounds.vs: a replica
         class of pp stages on group g at each v (option_recompute.RecomputeFloor.class_terms),
         or on the floor ZeRO-3 `raised` (pp / max(f_g, raised), pp - 1; a v > 1 it cannot run:
-        no rate, an infinite bubble), or with `first` on its group's floor alone (pp / f_g, pp -
-        1, at v > 1 times kept_share: A_lo = L f_g / pp and S_lo = L f_g, each at most the
-        class's own, the derivation's plain reading; the family's key, family_bound); `live`
+        no rate, an infinite bubble), or with `first` on its group's floor alone (_plain_terms:
+        A_lo = S_lo / pp, S_lo = L f_g + h_g + its least hand-offs, each at most the class's
+        own, the derivation's plain reading; the family's key, family_bound); `live`
         (a bool per v, None: all): the memory's reading at the v it marks, the plain one at the
         others (each a bound at its v: _root)."""
-        if raised is None and first:
-            raised = 0.0
+        key = ("class terms", g, fam.tp, fam.cp, pp, zeros, most, first, live)  # (profiles share classes)
+        got = self.ways.get(key) if raised is None else None
+        if got is not None:
+            return got
         plain = None
-        if raised is not None or live is not None:
-            f = np.maximum(self.fb.floor(g, fam.tp, fam.cp), 0.0 if raised is None else raised)
-            kept = kept_share(self.recompute, fam.tp, fam.cp)
-            plain = [(pp / f, np.full(f.shape, pp - 1.0)) if v == 1 else
-                     (pp / f, kept * np.full(f.shape, pp - 1.0)) if runs_v(self.recompute, pp, v) else
-                     (np.zeros(f.shape), np.full(f.shape, np.inf)) for v in self.vs]
+        if raised is not None or first or live is not None:
+            plain = self._plain_terms(fam, g, pp, raised)
         each = plain
-        if raised is None:
-            each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v) if live is None or live[i]
+        if raised is None and not first:
+            along = None if live is None else tuple(v for v, x in zip(self.vs, live) if x)
+            each = [self.recompute.class_terms(g, fam.tp, fam.cp, pp, zeros, most, v, along) if live is None or live[i]
                     else plain[i] for i, v in enumerate(self.vs)]
-        return np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
+        got = np.stack([x[0] for x in each]), np.stack([x[1] for x in each])
+        if raised is None:
+            self.ways[key] = got
+        return got
+
+    def _plain_terms(self, fam: OptionFamily, g: int, pp: int, raised) -> list[tuple]:
+        """Per v of OptionBounds.vs, (rate, bubble) of a replica class of pp stages on group g
+        read on its floors alone (_class_terms): A_lo = S_lo / pp (a slowest stage is at least
+        the mean), S_lo = L f_g + h_g + P (its layers at the floor, the output layer its last
+        stage runs, RecomputeFloor.head_s, and its stages' least hand-offs, hand_offs_s: issue
+        33, without them GPT-3 175B / 1,024 A100's pipelined roots with classes_per_group 2
+        were read 5-8% below the plans they hold), so rate L pp / S_lo and bubble pp - 1 (at
+        v > 1 times kept_share; where a zero-bubble schedule shapes the stage terms, v > 1
+        reads S_lo = L f_g); on the floor ZeRO-3 `raised` (one stage), pp / max(f_g,
+        raised) and pp - 1; a v the class cannot run: no rate, an infinite bubble."""
+        rc, L = self.recompute, self.L
+        f = self.fb.floor(g, fam.tp, fam.cp)
+        kept = kept_share(rc, fam.tp, fam.cp)
+        out = []
+        for v in self.vs:
+            if not runs_v(rc, pp, v):
+                out.append((np.zeros(f.shape), np.full(f.shape, np.inf)))
+                continue
+            if raised is not None:
+                rate = pp / np.maximum(f, raised)
+            elif v > 1 and zero_bubble_runs(self.inst):  # its stage terms shaped (RecomputeFloor.class_terms)
+                rate = pp / f
+            else:
+                rate = L * pp / (L * f + rc.head_s(g, fam.tp, fam.cp) + rc.hand_offs_s(g, fam.tp, fam.cp, pp, v))
+            out.append((rate, (1.0 if v == 1 else kept) * np.full(f.shape, pp - 1.0)))
+        return out
 
     def _replica_ways(self, fam: OptionFamily, pipelined: bool) -> list[list[tuple]]:
         """Per group its ways (class_layouts.replica_options, as (pp, replicas) shares): with
@@ -659,28 +765,44 @@ class OptionBounds:
         for i, (q, lb, state) in enumerate(zip(qs, zz.tolist(), states)):
             if classes + q.classes < 2 or not can_win(lb) or node.pipelined and pipes + q.bubble == 0:
                 continue  # (a pipelined root's layout without a class of pp > 1 is the other root's)
-            lb = max(lb, self._at_ranks(node, i, state, sync[i]))
+            lb = max(lb, self._at_ranks(node, i, state, sync[i], can_win))
             if can_win(lb):
                 out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb)))
         return out
 
-    def _at_ranks(self, node: "_Node", i: int, state: tuple, sync) -> float:
+    def _at_ranks(self, node: "_Node", i: int, state: tuple, sync, can_win=None) -> float:
         """The bound of `node` completed by the last group's profile i with every class read at
         the layout's own ZeRO ranks (its replicas times cp) instead of the most its family may
         have (_rates: a ring of fewer ranks shards the state less, so memory binds more); -inf
-        where the floors ZeRO-3 raises are read (_root)."""
+        where the floors ZeRO-3 raises are read (_root).
+
+        With `can_win`, the memory at those ranks is read only at the v where the layout's
+        bound at its family's ranks can still win (issue 33: on GPT-3 175B / 1,024 A100 with
+        classes_per_group 2 the reading at every v was a third of the search): each v's is a
+        bound of the layout's plans at that v, the family's and the own ranks' alike, so the
+        larger of the two at each live v, the family's at the others, and the least over v is
+        a bound of the layout."""
         if node.raised:
             return -math.inf
         fam, picks = node.fam, node.picked + (i,)
         ranks = _ranks_read(fam.cp * state[5], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
                                                             for g in fam.used))
+        here, live = None, None
+        if can_win is not None:
+            here = self._bound(node, state[0], state[7], state[1], state[2], state[4], sync, per_v=True)
+            live = tuple(bool(can_win(x)) for x in here.tolist())
+            live = None if all(live) else live
         d, b = node.base
         if node.stage is not None:  # the stage-wise class at those ranks too
-            d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks)
+            d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks,
+                                     live=None if live is None else list(live))
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
-            rate, bubble = self._rate_of(fam, g, ways, levels, node.zeros, ranks, picks[j])
+            rate, bubble = self._rate_of(fam, g, ways, levels, node.zeros, ranks, picks[j], live)
             d, b = d + rate, b + bubble
-        return float(self._bound(node, d, state[7], b, state[2], state[4], sync))
+        if here is None:
+            return float(self._bound(node, d, state[7], b, state[2], state[4], sync))
+        at = self._bound(node, d, state[7], b, state[2], state[4], sync, per_v=True)
+        return float(np.where(np.array(live or [True] * len(self.vs)), np.maximum(at, here), here).min())
 
     def _layouts_of(self, node: "_Node", picks: tuple):
         """(rank fields, shapes) of the layouts of one way per group (`picks`)."""

@@ -41,13 +41,19 @@ groups (stage_class_slowest_s) is read in each order of its groups, where every 
 its in-flight count and the group of its last stage are known, and A* is the least over the
 orders.
 
+Every stage of a class of two stages or more also hands activations on and gradients back (build's
+pp_p2p, coefficients._pipeline_p2p_s): at least one edge a stage, each at least e, the least over
+the links a hand-off inside the group may take (hand_off_s), so t_s(n) carries e beside the
+output layer, and the stage times sum to at least 2 (pp - 1) e more (pp edges at v > 1: the
+wrap-around), each edge paid on both its stages (hand_offs_s).
+
 Each recomputed layer repeats its forward, rc_fwd (coefficients._layer_costs: recompute_time =
 rc_fwd + ZeRO-3's extra exposure, 0 at ZeRO 0-2 and in a pipeline, where ZeRO-3's gathers run once
 per step), at least the least over sp and the recompute modes. So the class's stage times sum to
-at least L f_g + h_g + R rho_lo, and its slowest stage to at least that / pp: the class prices
-like one on the floor f'_g(pp) = f_g + R rho_lo / L; with A*, option_families.py's derivation
-(which reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A* and S_lo = L f_g + h_g + R rho_lo
-(class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
+at least L f_g + h_g + P + R rho_lo (P the hand-offs), and its slowest stage to at least that /
+pp: the class prices like one on the floor f'_g(pp) = f_g + R rho_lo / L; with A*,
+option_families.py's derivation (which reads only A_k >= A_lo and S_k >= S_lo) takes A_lo = A*
+and S_lo = L f_g + h_g + P + R rho_lo (class_terms). A class of one stage at ZeRO-3 is given no recompute (its recompute may
 hide ZeRO-3 traffic), nor a class of an MoE model.
 
 **Interleaving.** At v > 1 (class_terms and stage_class_slowest_s at v) a class of a layout of
@@ -82,6 +88,7 @@ import itertools
 import numpy as np
 
 from paraplan.cost import memory
+from paraplan.cost.class_coefficients import least_hand_off_s
 from paraplan.cost.coefficients import in_flight_micro_batches
 from paraplan.cost.framework_rules import rules_for
 from paraplan.cost.space_rules import slot_modes, split_slots_run
@@ -171,6 +178,34 @@ class RecomputeFloor:
             self.memo[key] = got
         return got
 
+    def hand_off_s(self, g: int, tp: int, cp: int, v: int, sp: bool | None = None) -> np.ndarray:
+        """(micro-batch sizes, scenarios): e, the least pipeline hand-off each stage of a class
+        of two stages or more on group g pays per micro-batch at v (cost/class_coefficients.
+        least_hand_off_s on each scenario's group; `sp` None: the least over the flags tp
+        admits); 0 at v > 1 where the framework runs zero-bubble schedules, which shape the
+        stage terms (zero_bubble_runs)."""
+        key = ("hand-off", g, tp, cp, v, sp)
+        got = self.memo.get(key)
+        if got is None:
+            fb, inst = self.fb, self.inst
+            got = np.zeros((len(fb.mbs), len(fb.idx)))
+            if v == 1 or not zero_bubble_runs(inst):
+                sps = self.sps(tp, cp) if sp is None else [sp]
+                for bi, b in enumerate(fb.mbs.astype(int).tolist()):
+                    for si, i in enumerate(fb.idx):
+                        group = inst.scenarios[i].cluster.groups[g]
+                        got[bi, si] = min(least_hand_off_s(inst.model, group, tp, cp, b, x, v) for x in sps)
+            self.memo[key] = got
+        return got
+
+    def hand_offs_s(self, g: int, tp: int, cp: int, pp: int, v: int) -> np.ndarray:
+        """(micro-batch sizes, scenarios): the least sum of a class's stages' hand-offs: pp - 1
+        edges (one more, the wrap-around, at v > 1: class_placement), each paid by both its
+        stages, at hand_off_s's e; 0 for one stage."""
+        if pp == 1:
+            return np.zeros((len(self.fb.mbs), len(self.fb.idx)))
+        return 2 * (pp - 1 + (v > 1)) * self.hand_off_s(g, tp, cp, v)
+
     def stash_bytes(self, g: int, b: int, tp: int, cp: int, sp: bool) -> float:
         """a: one layer's least stash for one micro-batch on group g, fragmentation included:
         Megatron's, or with per-operator partitions the least of it and every layer plan's
@@ -245,13 +280,18 @@ class RecomputeFloor:
 
     def _keyed_rows(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int,
                     v: int = 1) -> list[list[tuple]]:
-        """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row) at v."""
+        """Per micro-batch size, per (sp, ZeRO) allowed: _row's (key, row) at v, less the rows
+        another of the same size dominates (_undominated)."""
         key = ("rows", g, tp, cp, pp, zeros, most_ranks, v)
         got = self.memo.get(key)
         if got is None:
-            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks, v)
-                                     for sp, z in itertools.product(self.sps(tp, cp), zeros)]
+            modes = ("modes", g, tp, cp, pp, zeros, most_ranks)  # the undominated (sp, ZeRO), alike at every v
+            if modes not in self.memo:
+                self.memo[modes] = [_undominated([(sp, z, self.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks))
+                                                  for sp, z in itertools.product(self.sps(tp, cp), zeros)])
                                     for b in self.fb.mbs.astype(int).tolist()]
+            got = self.memo[key] = [[self._row(g, tp, cp, pp, b, sp, z, most_ranks, v) for sp, z in per_mb]
+                                    for b, per_mb in zip(self.fb.mbs.astype(int).tolist(), self.memo[modes])]
         return got
 
     def _slowest_rows(self, keyed: list[tuple], no_rc: bool) -> None:
@@ -275,6 +315,8 @@ class RecomputeFloor:
                     rhos.append(0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi])
                     head = np.zeros((len(f), pp))
                     head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
+                    if pp > 1:  # every stage's least hand-off, at the row's sp and v
+                        head += self.hand_off_s(g, tp, cp, k[10] if interleaved else 1, k[6])[bi][:, None]
                     heads.append(head)
                     if interleaved:
                         allowed.append(self.chunks(pp, k[10]))
@@ -323,10 +365,11 @@ class RecomputeFloor:
         inst = self.inst
         return inst.model.moe is not None or not zeros or pp == 1 and 3 in zeros and len(zeros) == 1
 
-    def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int, v: int = 1) -> tuple:
+    def class_terms(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int, v: int = 1,
+                    along: tuple | None = None) -> tuple:
         """(rate, bubble), each (micro-batch sizes, scenarios): a replica of pp stages on group g
         at v adds L / A* to option_families.py's D and S_lo / A* - 1 to its B (A* its slowest
-        stage's least time, slowest_stage_each_s; S_lo = L f_g + h_g + R rho_lo the least sum of
+        stage's least time, slowest_stage_each_s; S_lo = L f_g + h_g + P + R rho_lo the least sum of
         its stage times): its derivation reads only A_k >= A* and S_k >= S_lo. On the plain floor
         (A* = L f_g / pp) they are pp / f_g and pp - 1. A class of one stage at ZeRO-3 is read
         with rho = 0 (its recompute may hide ZeRO-3's traffic).
@@ -335,7 +378,9 @@ class RecomputeFloor:
         (slowest_in_chunks_s), at interleaving's in-flight counts (in_flight); A* is at least
         S_lo / pp (a slowest stage is at least the mean), and the bubble is kept_share times
         S_lo / A* - 1. A v that a class of pp stages cannot run (virtual_stage_values) adds
-        no rate and an infinite bubble: no layout holding the class runs it."""
+        no rate and an infinite bubble: no layout holding the class runs it. `along`: the v > 1
+        whose rows are read in the same pass as v's (None: every v the class may run; the
+        caller that reads only some v names them, issue 33)."""
         key = ("terms", g, tp, cp, pp, zeros, most_ranks, v)
         got = self.memo.get(key)
         if got is not None:
@@ -347,7 +392,9 @@ class RecomputeFloor:
             return got
         kept = kept_share(self, tp, cp) if v > 1 else 1.0
         if self._plain(g, tp, cp, pp, zeros) or v > 1 and zero_bubble_runs(self.inst):
-            got = self.memo[key] = (pp / f, kept * np.full(f.shape, pp - 1.0))
+            # A_lo = S_lo / pp, S_lo = L f + the hand-offs (0 at v > 1 under zero bubble)
+            got = self.memo[key] = (L * pp / (L * f + self.hand_offs_s(g, tp, cp, pp, v)),
+                                    kept * np.full(f.shape, pp - 1.0))
             return got
         no_rc = pp == 1 and 3 in zeros
         rows = self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, v)
@@ -360,18 +407,8 @@ class RecomputeFloor:
             rho = 0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)
             r = self.least_layers(g, tp, cp, pp, zeros, most_ranks, v)
             least = L * f / pp
-            slowest = np.full(f.shape, np.inf)
-            if v > 1:  # every v > 1 of the class in one pass: the class's other v read next
-                self._slowest_rows([x for w in interleavings(self, pp)
-                                    for per_mb in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, w)
-                                    for x in per_mb], no_rc)
-            self._slowest_rows([x for per_mb in rows for x in per_mb], no_rc)
-            for bi, per_mb in enumerate(rows):
-                each = [self.memo["slowest", k, no_rc] for k, _ in per_mb]
-                for si in range(f.shape[1]):
-                    for x in each:
-                        slowest[bi, si] = min(slowest[bi, si], x[si])
-            head = self.head_s(g, tp, cp)
+            slowest = self._least_slowest((g, tp, cp, pp, zeros, most_ranks), v, along, rows, no_rc, f.shape)
+            head = self.head_s(g, tp, cp) + self.hand_offs_s(g, tp, cp, pp, v)
             total = L * f + head + np.where(np.isfinite(r), r, 0.0)[:, None] * rho
             if v == 1:
                 slowest = np.maximum(slowest, least + head / pp)  # (a relaxation never below the plain floor's)
@@ -384,6 +421,25 @@ class RecomputeFloor:
         self.memo[key] = got
         return got
 
+    def _least_slowest(self, cls: tuple, v: int, along: tuple | None, rows: list, no_rc: bool,
+                       shape: tuple) -> np.ndarray:
+        """(micro-batch sizes, scenarios): A* of class `cls` (g, tp, cp, pp, zeros, most ranks)
+        at v, the least over its rows (_keyed_rows at v); at v > 1 the rows of the v of
+        `along` (class_terms) read in the same pass."""
+        g, tp, cp, pp, zeros, most_ranks = cls
+        if v > 1:  # every v > 1 asked of the class in one pass: the class's other v read next
+            self._slowest_rows([x for w in interleavings(self, pp) if along is None or w == v or w in along
+                                for per_mb in self._keyed_rows(g, tp, cp, pp, zeros, most_ranks, w)
+                                for x in per_mb], no_rc)
+        self._slowest_rows([x for per_mb in rows for x in per_mb], no_rc)
+        slowest = np.full(shape, np.inf)
+        for bi, per_mb in enumerate(rows):
+            each = [self.memo["slowest", k, no_rc] for k, _ in per_mb]
+            for si in range(shape[1]):
+                for x in each:
+                    slowest[bi, si] = min(slowest[bi, si], x[si])
+        return slowest
+
     def floor(self, g: int, tp: int, cp: int, pp: int, zeros: tuple, most_ranks: int) -> np.ndarray:
         """(micro-batch sizes, scenarios): f'_g(pp) = f_g + R rho_lo / L (module docstring);
         f_g where no recompute is read (one stage at ZeRO-3, MoE) or
@@ -394,6 +450,24 @@ class RecomputeFloor:
         r = self.least_layers(g, tp, cp, pp, tuple(zeros), most_ranks)
         r = np.where(np.isfinite(r), r, 0.0)[:, None]
         return f + r * self.rc_fwd_s(g, tp, cp) / self.inst.model.layers
+
+
+def _undominated(modes: list[tuple]) -> list[tuple]:
+    """Of one micro-batch size's (sp, ZeRO, stage_terms' (room, state, a, c)), the (sp, ZeRO)
+    of each distinct row once, less those another dominates: the same sp, a and c (so the same
+    hand-off and floors), at least its room and at most its state (issue 33: ZeRO's stages
+    differ in these alone, and the rows of every stage took most of GPT-3 175B / 1,024 A100's
+    option keys with classes_per_group 2). Every stage time t_s(n) = n f + rho ceil((n (state
+    + F a) - room) / (F (a - c))) + head is then at most the other's, in floats too (each
+    operation is monotone), and so is the most a stage holds: so are A* and R, of which the
+    bound reads the least over the rows."""
+    out: dict[tuple, tuple] = {}
+    for sp, z, terms in modes:
+        out.setdefault((sp, *terms), (sp, z))
+    keys = list(out)
+    return [out[k] for k in keys
+            if not any(x[0] == k[0] and x[3:] == k[3:] and x[1] >= k[1] and x[2] <= k[2] and x[1:3] != k[1:3]
+                       for x in keys)]
 
 
 def slowest_stage_each_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
