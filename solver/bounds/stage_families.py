@@ -792,7 +792,7 @@ class FamilyBounds:
         choice's own whatever choices are read with it (combos' `only` and _pipelines read
         elementwise or row by row, the refusals at the choice's own depth: _refused_each), so
         a choice read ahead (_joint_rows) is not set up again when it is popped (8 types x 8
-        nodes: 1,577 fronts read for 1,461 popped choices, about 16% of the row's CPU)."""
+        nodes: _combos called 1,896 -> 551 times, _joint_front 11% -> 4% of the row's profile)."""
         memo = self.fronts.setdefault(fam, {})
         todo = np.array([p for p in dict.fromkeys(pos.tolist()) if p not in memo], np.int64)
         if len(todo):
