@@ -363,10 +363,11 @@ class OuterChoices:
         optimistic) are found by halving (_kept_groups)."""
         keys = self.keys
         store, kept = {}, {x: [0] for x in keys}
-        for x in self.open:
-            for j, c in self._kept_groups(x, cut):
-                store[x[0], x[1], j + 1] = c
-                kept[x].append(j + 1)
+        for k in sorted({x[0] for x in self.open}):
+            for x, groups in self._class_kept_groups(k, [x for x in self.open if x[0] == k], cut).items():
+                for j, c in groups:
+                    store[x[0], x[1], j + 1] = c
+                    kept[x].append(j + 1)
         if math.prod(len(v) for v in kept.values()) > GRID_CAP:
             return self.root_key
         if any(self.meg[si, k].layer_drain_saving_s.size for si in range(len(self.scenarios))
@@ -468,16 +469,46 @@ class OuterChoices:
 
     def _kept_groups(self, x, cut: float) -> list:
         """(group position, coefficients per scenario) of the groups of choice x's plans by
-        replicated parameters (_split_bound, ascending count) that _bounded keeps at `cut`.
-        Read by halving: a span of consecutive groups at the optimistic terms of all their
-        plans is below each of them (the terms are the least over the span's plans, the
-        backward the largest), so where the span is above `cut` each of its groups is, and it
-        is dropped unsplit; the groups kept are those the groups read one by one keep (on 32
-        A100 + 32 H100 with the three options, 2,131 of 16,832 groups were kept, 606 of 1,052
-        choices kept none). A span's coefficients are kept in the search's memo (_class_key)."""
-        k, g = x
-        per = []  # per scenario: the table and its plans' rows
-        for ginst, site, _ in self._where(k, g):
+        replicated parameters (_split_bound, ascending count) that _bounded keeps at `cut`
+        (_class_kept_groups of x alone)."""
+        return self._class_kept_groups(x[0], [x], cut)[x]
+
+    def _class_kept_groups(self, k: int, xs: list, cut: float) -> dict:
+        """Per choice x of class k in `xs`: _kept_groups(x, cut), the choices' halvings run side
+        by side, each round's spans of every choice bounded in one read (_bounded_many: one
+        call per class per round, not per choice; on the three-type, two-site row the re-key
+        read 813 choices in 1,562 rounds, each a few spans). Read by halving: a span of
+        consecutive groups at the optimistic terms of all their plans is below each of them
+        (the terms are the least over the span's plans, the backward the largest), so where
+        the span is above `cut` each of its groups is, and it is dropped unsplit; the groups
+        kept are those the groups read one by one keep (on 32 A100 + 32 H100 with the three
+        options, 2,131 of 16,832 groups were kept, 606 of 1,052 choices kept none). A span's
+        coefficients are kept in the search's memo (_class_key)."""
+        per, rep, values, spans = {}, {}, {}, {}
+        for x in xs:
+            per[x], rep[x], values[x], spans[x] = self._plan_groups(x)
+        out = {x: [] for x in xs}
+        while any(spans.values()):
+            coeffs = {x: [self._span_coeffs(x, per[x], rep[x], values[x], a, b) for a, b in spans[x]] for x in xs}
+            ok = self._bounded_many(k, [(x[1], coeffs[x]) for x in xs], cut)
+            for x, y_x in zip(xs, ok):
+                nxt = []
+                for (a, b), c, y in zip(spans[x], coeffs[x], y_x):
+                    if not y:
+                        continue
+                    if b - a == 1:
+                        out[x].append((a, c))
+                    else:
+                        nxt += [(j, j + 1) for j in range(a, b)]
+                spans[x] = nxt
+        return {x: sorted(got, key=lambda t: t[0]) for x, got in out.items()}
+
+    def _plan_groups(self, x) -> tuple:
+        """(per scenario the table and its plans' rows, each plan's replicated parameters, their
+        distinct values ascending, the first round's spans of those values) of choice x
+        (_class_kept_groups)."""
+        per = []
+        for ginst, site, _ in self._where(*x):
             table = P.table_for(ginst, self.cg[x], site, self.net)
             per.append((table, plan_rows(table, P.token_split_allowed(self.cg[x]))))
         # one split for every scenario: the plans are the same rows in each table
@@ -486,20 +517,7 @@ class OuterChoices:
         values = np.unique(rep)
         n = len(values)
         cuts = np.linspace(0, n, min(SPLIT_SPANS, n) + 1).round().astype(int).tolist()
-        out, spans = [], list(zip(cuts[:-1], cuts[1:]))
-        while spans:
-            coeffs = [self._span_coeffs(x, per, rep, values, a, b) for a, b in spans]
-            ok = self._bounded(k, g, coeffs, cut)
-            nxt = []
-            for (a, b), c, y in zip(spans, coeffs, ok):
-                if not y:
-                    continue
-                if b - a == 1:
-                    out.append((a, c))
-                else:
-                    nxt += [(j, j + 1) for j in range(a, b)]
-            spans = nxt
-        return sorted(out, key=lambda t: t[0])
+        return per, rep, values, list(zip(cuts[:-1], cuts[1:]))
 
     def _span_coeffs(self, x, per: list, rep: np.ndarray, values: np.ndarray, a: int, b: int) -> list:
         """Class k's coefficients per scenario with choice x = (k, g) at the optimistic terms of
@@ -812,13 +830,31 @@ class OuterChoices:
     def _bounded(self, k: int, g: int, coeffs: list, cut: float) -> np.ndarray:
         """Which of `coeffs` (each per scenario, class k with group g's stages priced by one
         plan or bucket) may fit memory and bound at most `cut`, every other choice optimistic."""
-        tmp = {(k, g, j + 1): c for j, c in enumerate(coeffs)}
-        A, Sm, D, fits = self._class_terms(k, [(k, g)], {(k, g): list(range(len(coeffs) + 1))},
-                                           np.arange(1, len(coeffs) + 1)[:, None], tmp, self.opt)
-        per = [(A, Sm, D) if kk == k else tuple(np.broadcast_to(x, (len(coeffs),) + x.shape[1:])
+        return self._bounded_many(k, [(g, coeffs)], cut)[0]
+
+    def _bounded_many(self, k: int, batch: list, cut: float) -> list[np.ndarray]:
+        """_bounded of each (g, coeffs) of `batch` (distinct groups g of class k), in one read:
+        one row per entry, its own group's stages from its coefficients and every other stage
+        from the optimistic build (position 0 of every other member), as _bounded reads it
+        alone; tight_class_terms and _combination_bounds read each row on its own, so the
+        floats are the same (tests/partition/test_parts7_bounded_batch.py)."""
+        members = [(k, g) for g, _ in batch]
+        sizes = [len(coeffs) for _, coeffs in batch]
+        tmp = {(k, g, j + 1): c for g, coeffs in batch for j, c in enumerate(coeffs)}
+        kept = {x: list(range(n + 1)) for x, n in zip(members, sizes)}
+        picks = np.zeros((sum(sizes), len(members)), int)
+        start = 0
+        for col, n in enumerate(sizes):
+            picks[start:start + n, col] = np.arange(1, n + 1)
+            start += n
+        if not len(picks):
+            return [np.zeros(0, bool) for _ in batch]
+        A, Sm, D, fits = self._class_terms(k, members, kept, picks, tmp, self.opt)
+        per = [(A, Sm, D) if kk == k else tuple(np.broadcast_to(x, (len(picks),) + x.shape[1:])
                                                 for x in self._opt_terms(kk))
                for kk in range(len(self.o.classes))]
-        return fits & (self._combination_bounds(per) <= cut)
+        ok = fits & (self._combination_bounds(per) <= cut)
+        return np.split(ok, np.cumsum(sizes)[:-1])
 
     def _opt_terms(self, k: int):
         """(A, S, D) of class k at its optimistic coefficients, arrays (1, scenarios)."""
