@@ -43,6 +43,8 @@ its terms left the 8-type row's least-keyed configurations at 1.99 s against opt
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 # J reads every stage's floor, so it may pass the bound before pricing (unpriced.py) of a
@@ -120,7 +122,8 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
     Z = vals.reshape(N, -1)  # (N, levels): the window's levels a split's slowest stage can take
     past = start + W
     z_top = np.where(live & (past <= cap), a + past * t, np.inf).min(axis=1)
-    G_inf = _least_sum(a, t, count, cap[:, None, :], layers)[:, 0]
+    kinds = _sorted_kinds(a, t, count, cap, layers)
+    G_inf = _least_sum(kinds, np.arange(N), kinds.cap[:, None, :])[:, 0]
     with np.errstate(invalid="ignore"):
         tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
     # the levels least first, a few at a time, each read only while it can still lower the least
@@ -143,9 +146,19 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
         if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
             break
         z = Z[r, c0 + c]
-        F = (m[r] - 1) * z + _least_sum(a[r], t[r], count[r], _held(a[r], t[r], cap[r], z)[:, None, :], layers)[:, 0]
-        np.minimum.at(best, r, F)
+        held = _held(kinds.a[r], kinds.t[r], kinds.cap[r], z)  # per kind, so in the sorted order too
+        F = (m[r] - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
+        _lower(best, r, F)
     return best
+
+
+def _lower(best: np.ndarray, r: np.ndarray, F: np.ndarray) -> None:
+    """best[r[p]] = min(best[r[p]], F[p]) for r in increasing order (np.nonzero's rows): each
+    row's values are one run, their least taken by reduceat (the same float as minimum.at's: a
+    min rounds nothing), ~0.1 ms a pass less than minimum.at (issue 33, 8 x 8 row)."""
+    first = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+    rows = r[first]
+    best[rows] = np.minimum(best[rows], np.minimum.reduceat(F, first))
 
 
 # _block's levels read per row at once, least first: LEVELS_AT_ONCE at least, and more where
@@ -175,20 +188,42 @@ def _held(a, t, cap, z) -> np.ndarray:
     return held
 
 
-def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
-    """(N, levels): G, the least sum_s T_s with each stage of kind j holding 1 to held[.., j]
-    layers (held: (N, levels, K)): the layers past each stage's first go to the cheapest kinds
-    first; inf where they do not fit."""
+@dataclass(frozen=True)
+class _Kinds:
+    """_block's rows with their kinds cheapest first (a stable sort of t, as _least_sum
+    reads them), read once a block, not once a pass: each pass reads its rows again, a row as
+    often as it has levels read (issue 33, 8 x 8 row: 2.35 million (row, level) pairs in 5,794
+    passes, each sorting and gathering its pairs' kinds). a, t, cap, count: (N, K) in that
+    order; base: (N,) sum_j c_j (a_j + t_j), each stage's first layer, summed in the kinds'
+    own order as before (a sum's rounding reads its order); extra: (N,) L - pp, the layers past
+    each stage's first."""
+    a: np.ndarray
+    t: np.ndarray
+    cap: np.ndarray
+    count: np.ndarray
+    base: np.ndarray
+    extra: np.ndarray
+
+
+def _sorted_kinds(a, t, count, cap, layers: int) -> _Kinds:
     order = np.argsort(t, axis=1, kind="stable")  # cheapest kind first
     rows = np.arange(len(order))[:, None]  # (take_along_axis's gathers, without its checks)
-    cnt = count[rows, order][:, None, :]
-    room = cnt * (held[rows[:, :, None], np.arange(held.shape[1])[None, :, None], order[:, None, :]] - 1)  # beyond each stage's first layer
-    ts = t[rows, order][:, None, :]
-    extra = (layers - count.sum(axis=1))[:, None, None]
+    return _Kinds(a[rows, order], t[rows, order], cap[rows, order], count[rows, order],
+                  (count * (a + t)).sum(axis=1), layers - count.sum(axis=1))
+
+
+def _least_sum(kinds: _Kinds, r: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """(P, levels): G, the least sum_s T_s of row r[p] of `kinds` with each stage of kind j
+    holding 1 to held[p, .., j] layers (held: (P, levels, K), the kinds in kinds' order): the
+    layers past each stage's first go to the cheapest kinds first; inf where they do not fit."""
+    cnt = kinds.count[r][:, None, :]
+    room = cnt * (held - 1)  # beyond each stage's first layer
+    ts = kinds.t[r][:, None, :]
+    extra = kinds.extra[r][:, None, None]
     before = np.cumsum(room, axis=2) - room
     take = np.clip(extra - before, 0, np.maximum(room, 0))
     feasible = ((room >= 0) | (cnt == 0)).all(axis=2) & (room.sum(axis=2) >= extra[..., 0])
-    G = (count * (a + t)).sum(axis=1)[:, None] + (take * ts).sum(axis=2)
+    G = kinds.base[r][:, None] + (take * ts).sum(axis=2)
     return np.where(feasible, G, np.inf)
 
 
@@ -293,7 +328,7 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
                             np.where(d[r] <= w[:, None] * (1 + SYNC_ROOM), most, 0.0))
         held = np.nan_to_num(np.clip(held, 0.0, cap[r]), nan=0.0, posinf=0.0)
         F = w + fill_drain_s(a[r], t[r], count[r], layers, m[r], held, cutoff) / v[r]
-        np.minimum.at(best, r, F)
+        _lower(best, r, F)
     out[rows] = best
     return out
 
