@@ -5,7 +5,8 @@ gathered each pass's pairs (kept here as _least_sum_before): on random rows with
 (the stable sort's order), absent kinds, rows read several times and caps below a layer, and
 through fill_drain_s / fill_drain_sync_s against brute force over every split. A planted
 fault (the first layers' sum taken in the sorted order: a sum's rounding reads its order) is
-caught."""
+caught. The same for _lower (reduceat in place of minimum.at) and fill_drain_relaxed_s'
+_taken_s (its operations written in place), each against the expressions they replace."""
 
 from __future__ import annotations
 
@@ -137,3 +138,47 @@ def test_lower_is_minimum_at(lower):
             _lower_before(want, r, F)
             lower(got, r, F)
         assert np.array_equal(want, got, equal_nan=True)
+
+
+def _taken_before(c, rate, t, Z, extra) -> np.ndarray:
+    """fill_drain_relaxed_s' sum of take_j t_j as it read before (issue 33, row1h)."""
+    room = np.where(c[:, None, :] > 0, rate[:, None, :] * Z[:, :, None] - c[:, None, :], 0.0)
+    before = np.cumsum(room, axis=2) - room
+    take = np.clip(extra[:, :, None] - before, 0, room)
+    return np.where(c[:, None, :] > 0, take * t[:, None, :], 0.0).sum(axis=2)
+
+
+def _relaxed_case(rng: np.random.Generator, n: int, K: int):
+    """(c, rate, t, Z, extra) as fill_drain_relaxed_s reads them: absent kinds (c 0, t inf,
+    rate 0), levels with infs and nans (nan_to_num's), a few levels below every room."""
+    c = rng.integers(0, 4, (n, K)).astype(float)
+    t = np.where(c > 0, rng.uniform(0.01, 0.4, (n, K)), np.inf)
+    rate = np.where(c > 0, c / np.where(c > 0, t, 1.0) * rng.choice((1.0, 1.3), (n, K)), 0.0)
+    Z = rng.uniform(0.0, 6.0, (n, K + 1))
+    Z[rng.random((n, K + 1)) < 0.05] = np.inf
+    Z[rng.random((n, K + 1)) < 0.02] = np.nan
+    extra = rng.integers(-2, 60, (n, 1)).astype(float)
+    return c, rate, t, Z, extra
+
+
+@pytest.mark.parametrize("K", [1, 3, 8, 13])
+def test_taken_reads_the_same_floats(K):
+    rng = np.random.default_rng(K)
+    for n in (1, 7, 500):
+        case = _relaxed_case(rng, n, K)
+        with np.errstate(invalid="ignore"):
+            want = _taken_before(*case)
+        assert np.array_equal(fill_drain._taken_s(*case), want, equal_nan=True)
+        assert (want > 0).any()  # not vacuous: layers taken
+
+
+def test_taken_planted_fault_is_caught(monkeypatch):
+    """The absent kinds' 0 x inf left in the sum (nan where the plain reading had 0)."""
+    def unmasked(c, rate, t, Z, extra):
+        with np.errstate(invalid="ignore"):
+            room = np.where(c[:, None, :] > 0, rate[:, None, :] * Z[:, :, None] - c[:, None, :], 0.0)
+            take = np.clip(extra[:, :, None] - (np.cumsum(room, axis=2) - room), 0, room)
+            return (take * t[:, None, :]).sum(axis=2)
+    monkeypatch.setattr(fill_drain, "_taken_s", unmasked)
+    with pytest.raises(AssertionError):
+        test_taken_reads_the_same_floats(8)
