@@ -43,6 +43,8 @@ its terms left the 8-type row's least-keyed configurations at 1.99 s against opt
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 # J reads every stage's floor, so it may pass the bound before pricing (unpriced.py) of a
@@ -120,7 +122,8 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
     Z = vals.reshape(N, -1)  # (N, levels): the window's levels a split's slowest stage can take
     past = start + W
     z_top = np.where(live & (past <= cap), a + past * t, np.inf).min(axis=1)
-    G_inf = _least_sum(a, t, count, cap[:, None, :], layers)[:, 0]
+    kinds = _sorted_kinds(a, t, count, cap, layers)
+    G_inf = _least_sum(kinds, np.arange(N), kinds.cap[:, None, :])[:, 0]
     with np.errstate(invalid="ignore"):
         tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
     # the levels least first, a few at a time, each read only while it can still lower the least
@@ -143,9 +146,19 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
         if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
             break
         z = Z[r, c0 + c]
-        F = (m[r] - 1) * z + _least_sum(a[r], t[r], count[r], _held(a[r], t[r], cap[r], z)[:, None, :], layers)[:, 0]
-        np.minimum.at(best, r, F)
+        held = _held(kinds.a[r], kinds.t[r], kinds.cap[r], z)  # per kind, so in the sorted order too
+        F = (m[r] - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
+        _lower(best, r, F)
     return best
+
+
+def _lower(best: np.ndarray, r: np.ndarray, F: np.ndarray) -> None:
+    """best[r[p]] = min(best[r[p]], F[p]) for r in increasing order (np.nonzero's rows): each
+    row's values are one run, their least taken by reduceat (the same float as minimum.at's: a
+    min rounds nothing), ~0.1 ms a pass less than minimum.at (issue 33, 8 x 8 row)."""
+    first = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+    rows = r[first]
+    best[rows] = np.minimum(best[rows], np.minimum.reduceat(F, first))
 
 
 # _block's levels read per row at once, least first: LEVELS_AT_ONCE at least, and more where
@@ -175,20 +188,42 @@ def _held(a, t, cap, z) -> np.ndarray:
     return held
 
 
-def _least_sum(a, t, count, held, layers: int) -> np.ndarray:
-    """(N, levels): G, the least sum_s T_s with each stage of kind j holding 1 to held[.., j]
-    layers (held: (N, levels, K)): the layers past each stage's first go to the cheapest kinds
-    first; inf where they do not fit."""
+@dataclass(frozen=True)
+class _Kinds:
+    """_block's rows with their kinds cheapest first (a stable sort of t, as _least_sum
+    reads them), read once a block, not once a pass: each pass reads its rows again, a row as
+    often as it has levels read (issue 33, 8 x 8 row: 2.35 million (row, level) pairs in 5,794
+    passes, each sorting and gathering its pairs' kinds). a, t, cap, count: (N, K) in that
+    order; base: (N,) sum_j c_j (a_j + t_j), each stage's first layer, summed in the kinds'
+    own order as before (a sum's rounding reads its order); extra: (N,) L - pp, the layers past
+    each stage's first."""
+    a: np.ndarray
+    t: np.ndarray
+    cap: np.ndarray
+    count: np.ndarray
+    base: np.ndarray
+    extra: np.ndarray
+
+
+def _sorted_kinds(a, t, count, cap, layers: int) -> _Kinds:
     order = np.argsort(t, axis=1, kind="stable")  # cheapest kind first
     rows = np.arange(len(order))[:, None]  # (take_along_axis's gathers, without its checks)
-    cnt = count[rows, order][:, None, :]
-    room = cnt * (held[rows[:, :, None], np.arange(held.shape[1])[None, :, None], order[:, None, :]] - 1)  # beyond each stage's first layer
-    ts = t[rows, order][:, None, :]
-    extra = (layers - count.sum(axis=1))[:, None, None]
+    return _Kinds(a[rows, order], t[rows, order], cap[rows, order], count[rows, order],
+                  (count * (a + t)).sum(axis=1), layers - count.sum(axis=1))
+
+
+def _least_sum(kinds: _Kinds, r: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """(P, levels): G, the least sum_s T_s of row r[p] of `kinds` with each stage of kind j
+    holding 1 to held[p, .., j] layers (held: (P, levels, K), the kinds in kinds' order): the
+    layers past each stage's first go to the cheapest kinds first; inf where they do not fit."""
+    cnt = kinds.count[r][:, None, :]
+    room = cnt * (held - 1)  # beyond each stage's first layer
+    ts = kinds.t[r][:, None, :]
+    extra = kinds.extra[r][:, None, None]
     before = np.cumsum(room, axis=2) - room
     take = np.clip(extra - before, 0, np.maximum(room, 0))
     feasible = ((room >= 0) | (cnt == 0)).all(axis=2) & (room.sum(axis=2) >= extra[..., 0])
-    G = (count * (a + t)).sum(axis=1)[:, None] + (take * ts).sum(axis=2)
+    G = kinds.base[r][:, None] + (take * ts).sum(axis=2)
     return np.where(feasible, G, np.inf)
 
 
@@ -293,7 +328,7 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
                             np.where(d[r] <= w[:, None] * (1 + SYNC_ROOM), most, 0.0))
         held = np.nan_to_num(np.clip(held, 0.0, cap[r]), nan=0.0, posinf=0.0)
         F = w + fill_drain_s(a[r], t[r], count[r], layers, m[r], held, cutoff) / v[r]
-        np.minimum.at(best, r, F)
+        _lower(best, r, F)
     out[rows] = best
     return out
 
@@ -327,8 +362,9 @@ def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.nd
     t, count, m = t[r], count[r], np.broadcast_to(np.asarray(m, float), (N,))[r]
     t = np.where(count > 0, t, np.inf)  # an absent kind: no room, no cost
     order = np.argsort(t, axis=1, kind="stable")
-    t, c = np.take_along_axis(t, order, axis=1), np.take_along_axis(count, order, axis=1)
-    rate = np.where(c > 0, np.take_along_axis(rate[r], order, axis=1), 0.0)
+    rows = np.arange(len(order))[:, None]  # (take_along_axis's gathers, without its checks)
+    t, c = t[rows, order], count[rows, order]
+    rate = np.where(c > 0, rate[r][rows, order], 0.0)
     extra = layers - c.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         zj = (extra + np.cumsum(c, axis=1)) / np.cumsum(rate, axis=1)
@@ -336,13 +372,31 @@ def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.nd
     z0 = np.maximum(tmax, zj[:, -1:])
     Z = np.concatenate([z0, np.maximum(np.nan_to_num(zj, nan=np.inf), z0)], axis=1)  # (rows, levels)
     with np.errstate(invalid="ignore"):
-        room = np.where(c[:, None, :] > 0, rate[:, None, :] * Z[:, :, None] - c[:, None, :], 0.0)
-        before = np.cumsum(room, axis=2) - room
-        take = np.clip(extra[:, :, None] - before, 0, room)
-        G = np.where(c > 0, c * t, 0.0).sum(axis=1)[:, None] + np.where(c[:, None, :] > 0, take * t[:, None, :], 0.0).sum(axis=2)
+        G = np.where(c > 0, c * t, 0.0).sum(axis=1)[:, None] + _taken_s(c, rate, t, Z, extra)
         F = (m[:, None] - 1) * Z + G
     out[r] = np.where(np.isfinite(F), F, np.inf).min(axis=1)
     return out
+
+
+def _taken_s(c, rate, t, Z, extra) -> np.ndarray:
+    """(rows, levels): fill_drain_relaxed_s' sum_j take_j t_j at each level Z (kinds sorted,
+    c, rate, t: (rows, K); Z: (rows, levels); extra: (rows, 1)), kind j taking room
+    r_j Z - c_j past its stages' first layers, cheapest first. The plain expressions'
+    operations in their order, each written into one (rows, levels, K) array or its cumsum:
+    two such arrays, not six (the 8 x 8 row's largest call reads 74,668 rows of 8 kinds at
+    9 levels; issue 33), the same floats."""
+    absent = ~(c > 0)[:, None, :]
+    with np.errstate(invalid="ignore"):
+        room = rate[:, None, :] * Z[:, :, None]
+        room -= c[:, None, :]
+        np.copyto(room, 0.0, where=absent)
+        take = np.cumsum(room, axis=2)
+        take -= room  # the room of the cheaper kinds
+        np.subtract(extra[:, :, None], take, out=take)
+        np.clip(take, 0, room, out=take)
+        take *= t[:, None, :]
+        np.copyto(take, 0.0, where=absent)  # an absent kind's 0 x inf
+    return take.sum(axis=2)
 
 
 # relative margin by which priced_bounds_s is lowered: its levels and sums are other float
