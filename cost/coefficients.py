@@ -36,7 +36,7 @@ from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
 from paraplan.cost.stage_memory import memory_base, plan_memory, stage_values
-from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, Link, ModelSpec,
+from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, JobSpec, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
@@ -819,7 +819,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
             g_sync, ag_after, step_s = g_sync + e_sync, ag_after + e_ag, step_s + e_step
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it,
         # where the framework release overlaps it at all (grad_reduce_overlaps)
-        overlaps = grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)
+        overlaps = _reduce_overlaps(inst.job, o)
         g_exposed = max(0.0, g_sync - bwd) if overlaps else g_sync
     g_hidden = g_sync - g_exposed
     overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
@@ -1600,6 +1600,25 @@ def _dense_layer_view(o: Outer) -> Outer:
                    zero_bubble=None)
 
 
+# grad_reduce_overlaps by (job identity, pp, v, zero), each entry holding its job: every layer
+# cost and its memo key read it, and its release lookup was 1.7 of a profiled 79 s of issue
+# 33's three-type, two-site row
+_OVERLAPS: dict[tuple, tuple[JobSpec, bool]] = {}
+
+
+def _reduce_overlaps(job: JobSpec, o: Outer) -> bool:
+    """grad_reduce_overlaps(job, o.pp, o.virtual_stages, o.zero), kept per job."""
+    key = (id(job), o.pp, o.virtual_stages, o.zero)
+    hit = _OVERLAPS.get(key)
+    if hit is not None and hit[0] is job:
+        return hit[1]
+    out = grad_reduce_overlaps(job, o.pp, o.virtual_stages, o.zero)
+    if len(_OVERLAPS) >= 4096:
+        _OVERLAPS.clear()
+    _OVERLAPS[key] = (job, out)
+    return out
+
+
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts:
     if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
@@ -1614,7 +1633,7 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
     # entry, as the instance is; hashing the record per lookup cost about 1 us)
     params = moe_params.active() if inst.model.moe is not None else None
     view = ((o, id(params)) if params is not None
-            else (_dense_layer_view(o), grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)))
+            else (_dense_layer_view(o), _reduce_overlaps(inst.job, o)))
     key = (id(inst), id(site), view, dp_n, net)
     hit = _LAYER_COSTS.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site and hit[3] is params:
