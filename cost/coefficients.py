@@ -36,7 +36,7 @@ from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.pipeline_split import slot_relief_bytes
 from paraplan.cost.stage_memory import memory_base, plan_memory, stage_values
-from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, Link, ModelSpec,
+from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, JobSpec, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
 # Backward of a linear layer = input-gradient + weight-gradient matmuls of the forward's size.
@@ -699,6 +699,13 @@ class _LayerCosts:
     # FSDP inside a pipeline: a layer's gather as the step's first forward exposes it, the next
     # layer's prefetched behind it (its hidden part with the overlap slowdown)
     fill_gather_s: float = 0.0
+    # what layer_sync adds up, none reading bwd_s: the whole gradient reduction (its exposed
+    # part overlaps the backward where `sync_overlaps`), the weight gather after a sharded
+    # step and the step itself (_costs_at_backward re-reads only bwd_s of them)
+    grad_sync_s: float = 0.0
+    sync_overlaps: bool = False
+    after_sync_s: float = 0.0
+    step_s: float = 0.0
 
 
 def hidden_window(comm_s: float, prefetchable_s: float, compute_s: float) -> tuple[float, float]:
@@ -788,10 +795,10 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
         # FSDP inside a pipeline, once per step (memory.py's docstring): torch's REDUCE_GRAD
         # action runs the stage's reduce-scatters after its last backward, behind nothing of
         # its own. The gathers wait for the step's first forward (fill_gather_s; build)
-        g_sync, g_exposed, ag_after = rs, rs, 0.0
+        g_sync, g_exposed, ag_after, overlaps = rs, rs, 0.0, False
         step_s += _mem_time_s(ex / edp * ADAM_STEP_BYTES_PER_PARAM, gpu)
     elif o.zero == 3:
-        g_sync, g_exposed, ag_after = 0.0, 0.0, 0.0
+        g_sync, g_exposed, ag_after, overlaps = 0.0, 0.0, 0.0, False
         step_s += _mem_time_s(ex / edp * ADAM_STEP_BYTES_PER_PARAM, gpu)  # the expert shard's step
     else:
         gb = lp * grad_bytes
@@ -812,7 +819,7 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
             g_sync, ag_after, step_s = g_sync + e_sync, ag_after + e_ag, step_s + e_step
         # a layer's reduction overlaps the last micro-batch's backward of the layers below it,
         # where the framework release overlaps it at all (grad_reduce_overlaps)
-        overlaps = grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)
+        overlaps = _reduce_overlaps(inst.job, o)
         g_exposed = max(0.0, g_sync - bwd) if overlaps else g_sync
     g_hidden = g_sync - g_exposed
     overlapped["dp_grad_sync"] = g_hidden  # token-split ops' group all-reduce included
@@ -822,7 +829,21 @@ def _layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEffici
                        layer_sync=g_exposed + kappa * g_hidden + ag_after + step_s + lt.per_iteration_s,
                        grad_tail=g_hidden, parts=parts, overlapped=overlapped, terms=lt,
                        gather_s=ag, scatter_s=0.0 if per_step else rs,
-                       fill_gather_s=first_fwd[0] + kappa * first_fwd[1] if per_step else 0.0)
+                       fill_gather_s=first_fwd[0] + kappa * first_fwd[1] if per_step else 0.0,
+                       grad_sync_s=g_sync, sync_overlaps=overlaps, after_sync_s=ag_after, step_s=step_s)
+
+
+def _costs_at_backward(u: _LayerCosts, lt: LayerTerms, net: NetEfficiency) -> _LayerCosts:
+    """_layer_costs at `lt`, LayerTerms equal to u.terms but for bwd_s, from `u` (u's
+    configuration gathers no ZeRO-3 layer per micro-batch: backward_lowers_only_syncs), the
+    same floats: there bwd_s is read only by the layer time (fwd + bwd + two zero windows +
+    slowdown) and the exposed gradient sync; everything else of `u` reads no bwd_s."""
+    g_exposed = max(0.0, u.grad_sync_s - lt.bwd_s) if u.sync_overlaps else u.grad_sync_s
+    g_hidden = u.grad_sync_s - g_exposed
+    return replace(u, layer_time=lt.fwd_s + lt.bwd_s + 0.0 + 0.0 + _overlap_slowdown_s(lt, net),
+                   layer_sync=g_exposed + net.overlap_slowdown * g_hidden + u.after_sync_s + u.step_s
+                   + lt.per_iteration_s,
+                   grad_tail=g_hidden, overlapped=dict(u.overlapped, dp_grad_sync=g_hidden), terms=lt)
 
 
 def _overlap_slowdown_s(lt: LayerTerms, net: NetEfficiency) -> float:
@@ -1337,6 +1358,30 @@ def build_syncs(inst: Instance, outer: Outer, layer_fns, net: NetEfficiency = Ne
     return out
 
 
+def build_and_backward_syncs(inst: Instance, outer: Outer, layer_fn, bwd_fn, net: NetEfficiency = NetEfficiency(),
+                             reserve_bytes: float = 0.0, placement: Placement | None = None
+                             ) -> tuple[StageCoefficients, tuple[np.ndarray, np.ndarray]]:
+    """(build_plans of `layer_fn`, build_syncs of `bwd_fn`), float for float, where on every site
+    bwd_fn's LayerTerms equal layer_fn's but for bwd_s and backward_lowers_only_syncs holds: the
+    second plan's layer costs re-read only the backward of the first's (_costs_at_backward), and
+    a site whose two functions are one object shares its costs (class_partitions' span builds)."""
+    assert backward_lowers_only_syncs(inst, outer)
+    if outer.zero_bubble is ZeroBubble.V:  # as build_syncs: v_shaped moves the last stage's sync
+        return (build_plans(inst, outer, [layer_fn], net, reserve_bytes, placement)[0],
+                build_syncs(inst, outer, [bwd_fn], net, reserve_bytes, placement)[0])
+    _refuse_dualpipe(inst, False)
+    parts = _outer_parts(inst, outer, net, reserve_bytes, placement)
+    uniq = _plan_layer_costs(inst, outer, parts, net, layer_fn)
+    lo = _plan_build(inst, outer, parts, net, layer_fn, False, uniq)
+    lo_by, hi_by = getattr(layer_fn, "by_site", None), getattr(bwd_fn, "by_site", None)
+    hi = []
+    for site, u in zip(parts.uniq_sites, uniq):
+        lo_f = lo_by[id(site)] if lo_by is not None else layer_fn
+        hi_f = hi_by[id(site)] if hi_by is not None else bwd_fn
+        hi.append(u if hi_f is lo_f else _costs_at_backward(u, hi_f(inst, stage_outer(outer, site), site, net), net))
+    return lo, _plan_syncs(inst.model, outer, parts, parts.extras, hi, None)
+
+
 def backward_lowers_only_syncs(inst: Instance, o: Outer) -> bool:
     """Whether raising a layer plan's bwd_s alone (LayerTerms equal but for it) leaves every
     array of build that a layer plan sets (partition_plans.stage_arrays) no lower, float for
@@ -1354,11 +1399,13 @@ def backward_lowers_only_syncs(inst: Instance, o: Outer) -> bool:
 
 
 def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency, layer_fn,
-                skip_if_memory_infeasible: bool) -> StageCoefficients | None:
-    """build of one layer plan (`layer_fn`) on the configuration's `parts`."""
+                skip_if_memory_infeasible: bool, uniq: list | None = None) -> StageCoefficients | None:
+    """build of one layer plan (`layer_fn`) on the configuration's `parts` (its layer costs
+    `uniq` where the caller has them)."""
     m = inst.model
     dp_n = parts.dp_n
-    uniq = _plan_layer_costs(inst, o, parts, net, layer_fn)
+    if uniq is None:
+        uniq = _plan_layer_costs(inst, o, parts, net, layer_fn)
     per_stage = [uniq[i] for i in parts.where]
 
     # --- memory (cost/stage_memory.py: what each framework allocates)
@@ -1553,6 +1600,25 @@ def _dense_layer_view(o: Outer) -> Outer:
                    zero_bubble=None)
 
 
+# grad_reduce_overlaps by (job identity, pp, v, zero), each entry holding its job: every layer
+# cost and its memo key read it, and its release lookup was 1.7 of a profiled 79 s of issue
+# 33's three-type, two-site row
+_OVERLAPS: dict[tuple, tuple[JobSpec, bool]] = {}
+
+
+def _reduce_overlaps(job: JobSpec, o: Outer) -> bool:
+    """grad_reduce_overlaps(job, o.pp, o.virtual_stages, o.zero), kept per job."""
+    key = (id(job), o.pp, o.virtual_stages, o.zero)
+    hit = _OVERLAPS.get(key)
+    if hit is not None and hit[0] is job:
+        return hit[1]
+    out = grad_reduce_overlaps(job, o.pp, o.virtual_stages, o.zero)
+    if len(_OVERLAPS) >= 4096:
+        _OVERLAPS.clear()
+    _OVERLAPS[key] = (job, out)
+    return out
+
+
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts:
     if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
@@ -1567,7 +1633,7 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
     # entry, as the instance is; hashing the record per lookup cost about 1 us)
     params = moe_params.active() if inst.model.moe is not None else None
     view = ((o, id(params)) if params is not None
-            else (_dense_layer_view(o), grad_reduce_overlaps(inst.job, o.pp, o.virtual_stages, o.zero)))
+            else (_dense_layer_view(o), _reduce_overlaps(inst.job, o)))
     key = (id(inst), id(site), view, dp_n, net)
     hit = _LAYER_COSTS.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site and hit[3] is params:

@@ -78,7 +78,7 @@ import numpy as np
 
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (StageCoefficients, backward_lowers_only_syncs, build, build_plans,
-                                        build_syncs)
+                                        build_and_backward_syncs)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
@@ -755,14 +755,17 @@ class OuterChoices:
         (the backward at its largest), below every plan those terms bound
         (partition_plans.optimistic_coefficients, per group). The two terms differ only in
         the backward, so where that lowers no array but the two syncs
-        (coefficients.backward_lowers_only_syncs) only those are read of the second (build_syncs,
+        (coefficients.backward_lowers_only_syncs) only those are read of the second, its layer
+        costs re-read of the first's at its backward (coefficients.build_and_backward_syncs,
         scaled as _build_plans scales them): the same arrays, float for float."""
         if not backward_lowers_only_syncs(self.inst, self.co[k]):
             lo, hi = self._build_plans(i, k, [self._layer_fn(i, k, fns) for fns in (lo_fns, hi_fns)])
             return elementwise_min(lo, hi)
-        lo = self._build_plans(i, k, [self._layer_fn(i, k, lo_fns)])[0]
-        (layer_sync, stage_sync), = build_syncs(self.inst, self.co[k], [self._layer_fn(i, k, hi_fns)], self.net,
-                                                self.inst.search.memory_reserve_bytes, placement=self.placed(i, k))
+        s = self.inst.search
+        lo, (layer_sync, stage_sync) = build_and_backward_syncs(
+            self.inst, self.co[k], self._layer_fn(i, k, lo_fns), self._layer_fn(i, k, hi_fns), self.net,
+            s.memory_reserve_bytes, placement=self.placed(i, k))
+        lo = capped_memory(scaled_times(lo, self.factor), s.memory_fill_cap, s.memory_reserve_bytes)
         return dataclasses.replace(
             lo, layer_sync_time_s=np.minimum(lo.layer_sync_time_s, layer_sync * self.factor),
             stage_sync_time_s=np.minimum(lo.stage_sync_time_s, stage_sync * self.factor))

@@ -11,6 +11,10 @@ syncs, so only those are read of the second build (coefficients.build_syncs). Ch
   Megatron's plan, a per-operator plan and both optimistic terms, and on an MoE model with a
   dense prefix; a build_syncs that read the other plan's terms is caught (the sync arrays of the
   two optimistic terms differ on some draws);
+- build_and_backward_syncs (the second plan's layer costs re-read of the first's at its
+  backward) returns build_plans' first build in every array and build_syncs' second syncs bit
+  for bit on the same draws where the guard holds, and its layer costs equal _layer_costs' in
+  every field; one that kept the first plan's costs for the second is caught;
 - where the guard fails (ZeRO-3 outside a pipeline) a larger backward can lower another array
   (the recompute term, by an ulp), so the guard is needed for float-for-float bounds;
 - _below equals the elementwise minimum of the two full builds in every array, float for float,
@@ -35,8 +39,9 @@ from test_partitions_lazy import _choices_of, tiny2  # noqa: E402
 from test_plan_sync import two_sites  # noqa: E402
 
 from paraplan.cost import partition as P  # noqa: E402
-from paraplan.cost.coefficients import (backward_lowers_only_syncs, build_plans, build_syncs,  # noqa: E402
-                                        homogeneous_placement, megatron_layer)
+from paraplan.cost import coefficients as C  # noqa: E402
+from paraplan.cost.coefficients import (backward_lowers_only_syncs, build_and_backward_syncs,  # noqa: E402
+                                        build_plans, build_syncs, homogeneous_placement, megatron_layer)
 from paraplan.cost.comm import NetEfficiency  # noqa: E402
 from paraplan.cost.readers.instance import load_instance  # noqa: E402
 from paraplan.cost.releases import Framework  # noqa: E402
@@ -124,6 +129,45 @@ def test_build_syncs_are_the_builds_syncs():
     assert checked >= 250 and zero3 and v_shaped and mtp and optimistic >= 30
     # planted fault: build_syncs reading the other optimistic plan's terms would be caught
     assert differ > 0
+
+
+def _build_and_backward_matches(inst, o, lo_fn, hi_fn, net) -> tuple[bool, bool]:
+    """(build_and_backward_syncs equals build_plans of lo_fn and build_syncs of hi_fn bit for
+    bit, its second plan's syncs differ from the first's)."""
+    want = build_plans(inst, o, [lo_fn], net, 0.0)[0]
+    (want_layer, want_stage), = build_syncs(inst, o, [hi_fn], net, 0.0)
+    got, (layer_sync, stage_sync) = build_and_backward_syncs(inst, o, lo_fn, hi_fn, net, 0.0)
+    fields = stage_arrays(want) + ("capacity_bytes", "in_flight")
+    same = (all(_same(getattr(got, f), getattr(want, f)) for f in fields)
+            and _same(layer_sync, want_layer) and _same(stage_sync, want_stage))
+    return same, not (_same(layer_sync, want.layer_sync_time_s) and _same(stage_sync, want.stage_sync_time_s))
+
+
+def test_build_and_backward_syncs_are_the_two_builds(monkeypatch):
+    net = NetEfficiency()
+    checked = differ = costs = 0
+    pairs = []
+    for seed in range(150):
+        inst, o = _random_case(seed)
+        fns = _layer_fns(inst, o, random.Random(1000 + seed), net)
+        if len(fns) < 4 or not backward_lowers_only_syncs(inst, o):
+            continue
+        pairs.append((inst, o, fns[-2], fns[-1]))
+        same, moved = _build_and_backward_matches(inst, o, fns[-2], fns[-1], net)
+        assert same, (seed, o)
+        checked += 1
+        differ += moved
+        # the record itself: every field as _layer_costs prices the larger backward
+        site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
+        so = C.stage_outer(o, site)
+        u = C._layer_costs(inst, so, site, o.dp, net, fns[-2])
+        assert C._costs_at_backward(u, fns[-1](inst, so, site, net), net) == \
+            C._layer_costs(inst, so, site, o.dp, net, fns[-1]), (seed, o)
+        costs += 1
+    assert checked >= 20 and costs == checked and differ > 0
+    # planted fault: the second plan's layer costs kept as the first's would be caught
+    monkeypatch.setattr(C, "_costs_at_backward", lambda u, lt, net: u)
+    assert not all(_build_and_backward_matches(*p, net)[0] for p in pairs)
 
 
 def test_build_syncs_of_an_moe_model_with_a_dense_prefix():
