@@ -53,9 +53,9 @@ def test_the_joint_reading_is_the_same_with_the_cutoff_and_reads_fewer_levels(mo
     read = {"levels": 0}
     least_sum = fill_drain._least_sum
 
-    def counted(a, t, count, held, layers):
+    def counted(kinds, r, held):  # held: (rows, levels, kinds), one J per row and level
         read["levels"] += held.shape[0] * held.shape[1]
-        return least_sum(a, t, count, held, layers)
+        return least_sum(kinds, r, held)
 
     monkeypatch.setattr(fill_drain, "_least_sum", counted)
     for layers, kinds in ((40, 3), (80, 5), (24, 2)):
