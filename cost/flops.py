@@ -31,29 +31,21 @@ from dataclasses import dataclass, replace
 from functools import wraps
 from typing import NamedTuple
 
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.specs import Mlp, ModelSpec
 
 
 def memoised_by_model(maxsize: int):
     """Memoise a pure function of (model, *shape) by the model's identity and the rest of its
-    arguments. Hashing a ModelSpec (some thirty fields, hashed anew on every call) cost more
-    than most of these counts (issue 33); an equal model of another identity is computed
-    again, to the same value. Each entry holds its model, so that no other object takes its
-    id while the entry lives; cleared when full (many models in a test session)."""
+    arguments (cost/identity_cache.py: hashing a ModelSpec, some thirty fields hashed anew on
+    every call, cost more than most of these counts)."""
     def wrap(fn):
-        memo: dict[tuple, tuple] = {}
+        memo = IdentityCache(maxsize)
 
         @wraps(fn)
         def cached(m, *args, **kwargs):
             key = (id(m), args, tuple(kwargs.items())) if kwargs else (id(m), args)
-            hit = memo.get(key)
-            if hit is not None and hit[0] is m:
-                return hit[1]
-            out = fn(m, *args, **kwargs)
-            if len(memo) >= maxsize:
-                memo.clear()
-            memo[key] = (m, out)
-            return out
+            return memo.read(key, m, fn, m, *args, **kwargs)
         return cached
     return wrap
 
@@ -542,21 +534,12 @@ def moe_dense_view(m: ModelSpec) -> ModelSpec:
 
 # Pricing asks for the same views tens of thousands of times per plan (once per outer
 # configuration and layer-parameter count), and a dataclass replace re-runs the spec's
-# validation: keep the last views by the identity of their model, holding the model so that
-# its id cannot be reused while its entry lives.
-_VIEWS: dict[tuple[int, str], tuple[ModelSpec, ModelSpec]] = {}
-_VIEWS_MAX = 256
+# validation: the last views, kept by the identity of their model.
+_VIEWS = IdentityCache(256)
 
 
 def _cached_view(m: ModelSpec, kind: str, make) -> ModelSpec:
-    hit = _VIEWS.get((id(m), kind))
-    if hit is not None and hit[0] is m:
-        return hit[1]
-    view = make()
-    if len(_VIEWS) >= _VIEWS_MAX:
-        _VIEWS.clear()
-    _VIEWS[(id(m), kind)] = (m, view)
-    return view
+    return _VIEWS.read((id(m), kind), m, make)
 
 
 def router_params(m: ModelSpec) -> int:

@@ -784,10 +784,9 @@ class JobSpec:
         self._check_prices()
         self._check_release()
         self._check_optimizer()
-        self._check_megatron_core_options()
+        self._check_megatron_only_options()
         self._check_module_lists()
         self._check_attention_output_e5m6()
-        self._check_transformer_engine()
         self._check_recompute_early_stop()
         self._check_grad_reduce_overlap()
         self._check_moe_a2a_overlap()
@@ -827,15 +826,23 @@ class JobSpec:
             raise ConfigError(f"job.optimizer {self.optimizer.value} is {what} and runs only"
                               f" with framework megatron, not {self.framework.value}: use optimizer adam")
 
-    def _check_megatron_core_options(self) -> None:
-        """Refuse Megatron-core-only module options under another framework."""
-        for key, on in (("recompute_modules", bool(self.recompute_modules)),
-                        ("offload_modules", bool(self.offload_modules)),
-                        ("activation_fp8_input_store", self.activation_fp8_input_store)):
-            if on and self.framework is not Framework.MEGATRON:
-                raise ConfigError(f"job.{key} is a Megatron-core option, which framework"
-                                  f" {self.framework.value} does not run: remove {key}, or set"
-                                  " framework: megatron")
+    def _check_megatron_only_options(self) -> None:
+        """Refuse what only Megatron-LM runs (Megatron-core's module options and expert
+        all-to-all overlap, Transformer Engine's userbuffers and attention kernel) under another
+        framework."""
+        if self.framework is Framework.MEGATRON:
+            return
+        core = "a Megatron-core option"
+        for key, on, what in (
+                ("recompute_modules", bool(self.recompute_modules), core),
+                ("offload_modules", bool(self.offload_modules), core),
+                ("activation_fp8_input_store", self.activation_fp8_input_store, core),
+                ("tp_comm_overlap", self.tp_comm_overlap, "Transformer Engine's userbuffers overlap"),
+                ("cudnn_attention", not self.cudnn_attention, "a choice of Transformer Engine's attention kernel"),
+                ("moe_a2a_overlap", self.moe_a2a_overlap, "Megatron-core's --overlap-moe-expert-parallel-comm")):
+            if on:
+                raise ConfigError(f"job.{key} is {what}, which only framework megatron runs (job.framework:"
+                                  f" {self.framework.value}); remove {key}, or set framework: megatron")
 
     def _check_module_lists(self) -> None:
         """Refuse repeated modules, and offloading inside a recomputed MoE block."""
@@ -856,17 +863,6 @@ class JobSpec:
                               f" attention output, and the job's precision is {self.precision.value}:"
                               " remove attention_output_e5m6, or set precision: fp8")
 
-    def _check_transformer_engine(self) -> None:
-        """Refuse Transformer Engine options (userbuffers, attention kernel) outside megatron."""
-        if self.tp_comm_overlap and self.framework is not Framework.MEGATRON:
-            raise ConfigError(f"job.tp_comm_overlap is Transformer Engine's userbuffers overlap, which"
-                              f" only framework megatron runs (job.framework: {self.framework.value});"
-                              f" remove tp_comm_overlap or set framework: megatron")
-        if not self.cudnn_attention and self.framework is not Framework.MEGATRON:
-            raise ConfigError(f"job.cudnn_attention chooses Transformer Engine's attention kernel, which"
-                              f" only framework megatron runs (job.framework: {self.framework.value});"
-                              f" remove cudnn_attention or set framework: megatron")
-
     def _check_recompute_early_stop(self) -> None:
         """Refuse recompute_early_stop for frameworks that replay whole layers."""
         if self.recompute_early_stop and self.framework in (Framework.MEGATRON, Framework.DEEPSPEED):
@@ -884,16 +880,11 @@ class JobSpec:
                               f" framework: megatron with optimizer adam or adam_bf16_moments")
 
     def _check_moe_a2a_overlap(self) -> None:
-        """Refuse moe_a2a_overlap beside the shared-expert overlap or outside megatron."""
+        """Refuse moe_a2a_overlap beside the shared-expert overlap."""
         if self.moe_a2a_overlap and self.moe_shared_expert_overlap:
             raise ConfigError("job.moe_a2a_overlap and job.moe_shared_expert_overlap: Megatron-core"
                               " refuses --moe-shared-expert-overlap with"
                               " --overlap-moe-expert-parallel-comm; keep one")
-        if self.moe_a2a_overlap and self.framework is not Framework.MEGATRON:
-            raise ConfigError(f"job.moe_a2a_overlap is Megatron-core's"
-                              f" --overlap-moe-expert-parallel-comm, which only framework megatron"
-                              f" runs (job.framework: {self.framework.value}); remove"
-                              f" moe_a2a_overlap or set framework: megatron")
 
     def _check_grad_reduce_dtype(self) -> None:
         """Refuse a grad_reduce_dtype the framework, optimizer or release does not run."""

@@ -143,6 +143,7 @@ import numpy as np
 from paraplan.cost import memory
 from paraplan.cost.moe import pairs_unpipelined_micro_batches
 from paraplan.cost.flops import moe_attention_view
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost import recompute_patterns
 from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.recompute_patterns import RecomputePattern
@@ -180,11 +181,10 @@ def _parts_of(terms: tuple[float, float, float, float], layers: int, pp: int) ->
     return every_stage + last_stage, every_stage + fullest_stage
 
 
-# id(inst) -> (inst, {what micro_batch_lower_bound_terms reads: its terms}): the listing's
+# per instance, {what micro_batch_lower_bound_terms reads: its terms}: the listing's
 # micro-batch caps and the memory proof before pricing (solver/bounds/memory.py) ask for the
-# same terms (GPT-3 175B on 1,024 A100: 8,274 asks, 4,162 distinct); the entry keeps its
-# instance alive, so no other takes its id
-_LB_TERMS: dict[int, tuple] = {}
+# same terms (GPT-3 175B on 1,024 A100: 8,274 asks, 4,162 distinct)
+_LB_TERMS = IdentityCache(64)  # a few instances per process, many in a test session
 
 
 def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, dp: int,
@@ -205,19 +205,7 @@ def micro_batch_lower_bound_terms(inst: Instance, *, tp: int, cp: int, pp: int, 
 
 def _lb_memo(inst: Instance) -> dict:
     """`inst`'s entry of _LB_TERMS: (tp, cp, pp, micro_batch, sp, zero, ranks) -> its terms."""
-    return instance_memo(_LB_TERMS, inst)
-
-
-def instance_memo(table: dict, inst) -> dict:
-    """`inst`'s memo in `table` (id(inst) -> (inst, memo)), made empty where it has none; the
-    entry keeps its instance alive, so no other takes its id. Cleared when full: a few
-    instances per process, many in a test session."""
-    got = table.get(id(inst))
-    if got is None or got[0] is not inst:
-        if len(table) >= 64:
-            table.clear()
-        got = table[id(inst)] = (inst, {})
-    return got[1]
+    return _LB_TERMS.read(id(inst), inst, dict)
 
 
 def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: int, sp: bool, zero: int,
@@ -226,7 +214,7 @@ def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: i
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     # a layer's state reads only tp, ZeRO and its ranks, not the micro-batch, cp, pp or sp: kept
     # by those in micro_batch_lower_bound_terms' memo (GPT-3 175B / 1,024 A100: 3,851 terms)
-    memo = _LB_TERMS[id(inst)][1] if id(inst) in _LB_TERMS else {}
+    memo = _lb_memo(inst)
     state = memo.get(("state", tp, zero, ranks))
     if state is None:
         state = memo["state", tp, zero, ranks] = (memory.layer_state_bytes(m, tp, zero, ranks, _state_layout(inst.job))
@@ -248,18 +236,13 @@ def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: i
     return runtime + workspace, logits, state, ckpt
 
 
-_STATE_LAYOUTS: dict[int, tuple] = {}  # id(job) -> (job, memory.state_layout(job))
+_STATE_LAYOUTS = IdentityCache(64)  # a few jobs per process, many in a test session
 
 
 def _state_layout(job):
     """memory.state_layout(job), read once per job object (the listing's memory caps ask it for
     every class, group and micro-batch size: 8,324 times on GPT-3 175B's space, 0.05 s)."""
-    got = _STATE_LAYOUTS.get(id(job))
-    if got is None or got[0] is not job:  # the entry keeps its job alive: no other takes its id
-        if len(_STATE_LAYOUTS) >= 64:  # a few jobs per process, many in a test session
-            _STATE_LAYOUTS.clear()
-        got = _STATE_LAYOUTS[id(job)] = (job, memory.state_layout(job))
-    return got[1]
+    return _STATE_LAYOUTS.read(id(job), job, memory.state_layout, job)
 
 
 def capped_micro_batches(candidates: list[int], fits) -> list[int]:
@@ -1112,20 +1095,17 @@ def _count_form(shapes, v: int, paired: bool = False) -> tuple[tuple[int, ...], 
     classes one tuple) is kept by its identity (_COUNT_FORMS); _count_form_of by the classes'
     (replicas, depth), all it reads: hashing the shapes themselves hashed each class's stage
     groups anew on every call (up to 96 of them there)."""
-    key = (id(shapes), v, paired)
-    hit = _COUNT_FORMS.get(key)
-    if hit is not None and hit[0] is shapes:
-        return hit[1]
-    out = _count_form_of(tuple([(c.replicas, c.pp) for c in shapes]), v, paired)
-    if type(shapes) is tuple:  # immutable (of frozen shapes): its identity names its contents
-        if len(_COUNT_FORMS) >= 65536:  # many instances in a test session
-            _COUNT_FORMS.clear()
-        _COUNT_FORMS[key] = (shapes, out)  # the entry keeps its tuple alive: no other takes its id
-    return out
+    if type(shapes) is not tuple:  # a tuple (of frozen shapes) is immutable: its identity names its contents
+        return _count_form_read(shapes, v, paired)
+    return _COUNT_FORMS.read((id(shapes), v, paired), shapes, _count_form_read, shapes, v, paired)
 
 
-# _count_form's: (id(shapes), v, paired) -> (shapes, its count form)
-_COUNT_FORMS: dict[tuple, tuple] = {}
+def _count_form_read(shapes, v: int, paired: bool):
+    """_count_form_of of the classes' (replicas, depth)."""
+    return _count_form_of(tuple([(c.replicas, c.pp) for c in shapes]), v, paired)
+
+
+_COUNT_FORMS = IdentityCache(65536)  # _count_form's (many instances in a test session)
 
 
 @lru_cache(maxsize=65536)

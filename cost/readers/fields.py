@@ -124,9 +124,7 @@ class Section:
     def number(self, key: str, default: Any = _REQUIRED) -> float:
         """The finite number under `key`, within its physical range (cost/ranges.py)."""
         value = self._get(key, default, "number")
-        if value is default:
-            return value
-        return check_number(value, self.path, self.field(key), key)
+        return value if value is default else check_number(value, self.path, self.field(key), key)
 
     def string(self, key: str, default: Any = _REQUIRED) -> str:
         value = self._get(key, default, "string")

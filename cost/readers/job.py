@@ -8,16 +8,13 @@ model, the GPUs and the search space is checked once the instance is whole
 
 from __future__ import annotations
 
-from typing import Any
-
 from paraplan.cost import units
-from paraplan.cost.errors import InstanceError
 from paraplan.cost.releases import known_versions
 from paraplan.cost.specs import (Attention, Framework, GradReduceDtype, JobSpec, MoeDispatcher,
                                  Optimizer, PipelineSchedule, Precision, OffloadModule,
                                  RecomputeModule, grad_reduce_refusal)
-from paraplan.cost.readers.fields import (Section, check_number, config_errors_as, enum_values,
-                                          shown_value)
+from paraplan.cost.readers.fields import (Section, check_choice, check_number, config_errors_as,
+                                          enum_values, shown_value)
 
 
 JOB_KEYS = ("global_batch", "precision", "optimizer", "attention", "framework", "framework_version",
@@ -32,13 +29,8 @@ def _module_list(sec: Section, key: str, allowed: tuple[str, ...]) -> tuple[str,
     known and listed once."""
     if not sec.has(key):
         return ()
-
-    def module(value: Any, field: str) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise InstanceError(sec.path, field, f"unknown module {shown_value(value)}",
-                                "use some of: " + ", ".join(allowed))
-        return value
-    modules = sec.list_of(key, module, "modules (" + ", ".join(allowed) + ")")
+    modules = sec.list_of(key, lambda value, field: check_choice(value, allowed, sec.path, field),
+                          "modules (" + ", ".join(allowed) + ")")
     if len(set(modules)) != len(modules):
         raise sec.error(key, "lists a module twice", "list each module once")
     return tuple(modules)

@@ -46,16 +46,17 @@ import numpy as np
 from paraplan.cost import memory
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.coefficients import in_flight_micro_batches
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.specs import ZeroBubble
 from paraplan.cost.zero_bubble import v_in_flight
-from paraplan.solver.space import instance_memo, micro_batch_lower_bound_terms
+from paraplan.solver.space import micro_batch_lower_bound_terms
 
 MARGIN = 1e-9  # relative: far above float rounding of a sum of tens of terms, far below any real gap
-# id(inst) -> (inst, {("in flight", pp, m, v): in-flight micro-batches per stage; ("embedding",
-# tp, zero, ranks, first, last): an end stage's embedding state}), kept across calls: the search
+# per instance, {("in flight", pp, m, v): in-flight micro-batches per stage; ("embedding",
+# tp, zero, ranks, first, last): an end stage's embedding state}, kept across calls: the search
 # calls proved_infeasible once per chunk it prices, and the chunks repeat a few distinct ones
-# (GPT-3 175B on 1,024 A100: 1,356 configurations over 38 chunks); space.instance_memo's table
-_KNOWN: dict[int, tuple] = {}
+# (GPT-3 175B on 1,024 A100: 1,356 configurations over 38 chunks)
+_KNOWN = IdentityCache(64)
 
 
 def layers_within(base_bytes: float, per_layer_bytes: float, capacity_bytes: float, most: int) -> int:
@@ -89,7 +90,7 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
     capacity = [g.gpu.hbm_bytes - inst.search.memory_reserve_bytes for g in groups]
     L = inst.model.layers
     layout = memory.state_layout(inst.job)
-    known = instance_memo(_KNOWN, inst)
+    known = _KNOWN.read(id(inst), inst, dict)
 
     def stage_most(o, c, ranks: int) -> Callable[[int, bool, bool, float], int]:
         """nmax of the module docstring for a stage of class c on group g, first or last, with
@@ -144,15 +145,14 @@ def proved_infeasible(inst, outers: list) -> np.ndarray:
 
     # outers of one shape differ mostly in what this bound does not read (recompute mode): one
     # verdict per shape (declared_outers gives those outers one tuple object) and what it reads
-    verdicts: dict[tuple, tuple] = {}
+    verdicts: dict[tuple, bool] = {}  # `outers` holds the tuples alive through the call
     out = np.zeros(len(outers), bool)
     for j, o in enumerate(outers):
         key = (id(o.classes), o.tp, o.group_tp, o.cp, o.micro_batch, o.sequence_parallel, o.zero,
                o.virtual_stages, o.ep, o.embedding_in_split, o.loss_in_split, o.zero_bubble)
         hit = verdicts.get(key)
-        if hit is None or hit[0] is not o.classes:
+        if hit is None:
             ranks = sum(c.replicas for c in o.classes) * o.cp
-            hit = verdicts[key] = (o.classes, any(refused(o, c, m, ranks)
-                                                  for c, m in zip(o.classes, _counts(inst.job, o))))
-        out[j] = hit[1]
+            hit = verdicts[key] = any(refused(o, c, m, ranks) for c, m in zip(o.classes, _counts(inst.job, o)))
+        out[j] = hit
     return out

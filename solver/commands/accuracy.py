@@ -195,13 +195,11 @@ def _accuracy_json(acc: _Accuracy) -> None:
         "bias": acc.overall.bias if acc.overall else None,
         "cv_mape": acc.cv["mape"], "cv_bias": acc.cv["bias"], "cv_rows": acc.cv["rows"],
         "cv_by_family": acc.cv["by_family"], "cv_source": acc.oos_from,
-        "cv_by_feature": {cut: {g: {"rows": st.rows, "mape": st.mape, "bias": st.bias}
-                                for g, st in groups.items()} for cut, groups in acc.cv_tables.items()},
+        "cv_by_feature": _feature_json(acc.cv_tables),
         "cv_interval_coverage": acc.cv["coverage"], "cv_interval_coverage_nested": acc.cv_coverage,
         "cv_interval_width_median": acc.cv["width_median"],
         "mape_by_gpu": {g: _finite(mape(rs)) for g, rs in sorted(acc.by_gpu.items())},
-        "by_feature": {cut: {g: {"rows": s.rows, "mape": s.mape, "bias": s.bias}
-                             for g, s in groups.items()} for cut, groups in acc.tables.items()},
+        "by_feature": _feature_json(acc.tables),
         "ranking": {"right": len(acc.pairs) - len(acc.wrong), "total": len(acc.pairs),
                     "wrong": [{"faster_measured": p.first, "slower_measured": p.second,
                                "measured_s": list(p.measured_s), "predicted_s": list(p.predicted_s)}
@@ -226,20 +224,11 @@ def _accuracy_text(acc: _Accuracy) -> None:
                   f"{100 * (acc.oos[i] / r.measured_iter_time_s - 1):+.1f}%" if acc.oos.get(i) else "-",
                   "yes" if r.fits_memory else "NO (model says OOM)"]
                  for i, r in enumerate(acc.results) if r.error is not None], align="llrrrrrl"))
-    for cut, groups in acc.tables.items():
-        print()
-        print(table([cut, "rows", "MAPE", "bias"],
-                    [[g, str(s.rows), f"{100 * s.mape:.1f}%", f"{100 * s.bias:+.1f}%"]
-                     for g, s in groups.items()]))
+    _print_feature_tables(acc.tables, "")
     print()
     print(_cv_text(acc.cv, acc.oos_from, acc.cv_coverage))
-    for cut, groups in acc.cv_tables.items():
-        if cut == "source family":
-            continue  # the table above
-        print()
-        print(table([f"{cut} (out of sample)", "rows", "MAPE", "bias"],
-                    [[g, str(st.rows), f"{100 * st.mape:.1f}%", f"{100 * st.bias:+.1f}%"]
-                     for g, st in groups.items()]))
+    _print_feature_tables({cut: g for cut, g in acc.cv_tables.items() if cut != "source family"},  # the table above
+                          " (out of sample)")
     print(f"\nranking: {len(acc.pairs) - len(acc.wrong)} / {len(acc.pairs)} pairs of the same workload (measured"
           " times more than 5% apart) ordered right (a predicted tie counts as wrong)")
     for p in acc.wrong:
@@ -261,6 +250,22 @@ def _accuracy_text(acc: _Accuracy) -> None:
         print(moe_anchor_text(acc.moe))
         print()
         print(moe_cv_text(acc.moe_cv))
+
+
+def _feature_json(tables) -> dict:
+    """accuracy_tables' statistics per cut and group, as the JSON writes them."""
+    return {cut: {g: {"rows": st.rows, "mape": st.mape, "bias": st.bias} for g, st in groups.items()}
+            for cut, groups in tables.items()}
+
+
+def _print_feature_tables(tables, suffix: str) -> None:
+    """One table per cut of accuracy_tables' statistics, its cut named with `suffix`."""
+    from paraplan.solver.format import table
+    for cut, groups in tables.items():
+        print()
+        print(table([cut + suffix, "rows", "MAPE", "bias"],
+                    [[g, str(st.rows), f"{100 * st.mape:.1f}%", f"{100 * st.bias:+.1f}%"]
+                     for g, st in groups.items()]))
 
 
 def _cv_residuals(rows, results, oos, fills):

@@ -165,18 +165,21 @@ def refuse_maximum_context(hf_config) -> None:
 
 
 def parse_seq_len(text: str | int | None) -> int | None:
-    """--seq-len as an integer; parsed here rather than by argparse so that a bad value is one
-    `InstanceError` line like every other input error."""
+    """--seq-len as an integer (positive_int_arg)."""
+    return positive_int_arg(text, "--seq-len", "give the sequence length in tokens, e.g. --seq-len 8192")
+
+
+def positive_int_arg(text: str | int | None, flag: str, fix: str) -> int | None:
+    """The positive integer argument `flag` (None where not given); parsed here rather than by
+    argparse so that a bad value is one `InstanceError` line like every other input error."""
     if text is None or isinstance(text, int):
         return text
     try:
         value = int(text)
     except ValueError:
-        raise InstanceError("<arguments>", "--seq-len", f"expected an integer, got {text!r}",
-                            "give the sequence length in tokens, e.g. --seq-len 8192") from None
+        raise InstanceError("<arguments>", flag, f"expected an integer, got {text!r}", fix) from None
     if value < 1:
-        raise InstanceError("<arguments>", "--seq-len", f"must be >= 1, got {value}",
-                            "give the sequence length in tokens, e.g. --seq-len 8192")
+        raise InstanceError("<arguments>", flag, f"must be >= 1, got {value}", fix)
     return value
 
 

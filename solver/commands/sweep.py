@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from paraplan.cost.errors import InstanceError
+from paraplan.solver.commands.inputs import positive_int_arg
 from paraplan.solver.sweep.run import SweepOutcome, load_sweep, run_sweep
 
 
@@ -21,21 +22,8 @@ def _progress_line(outcome: SweepOutcome, in_progress: int) -> None:
     sys.stderr.flush()
 
 
-def _positive_workers(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InstanceError("<arguments>", "--workers", f"expected a positive integer, got {text!r}",
-                            "give the number of worker processes, e.g. --workers 4")
-    return value
-
-
 def cmd_sweep(args) -> int:
-    workers = _positive_workers(args.workers)
+    workers = positive_int_arg(args.workers, "--workers", "give the number of worker processes, e.g. --workers 4")
     if workers is not None and args.dask_scheduler is not None:
         raise InstanceError("<arguments>", "--workers", "applies to the local process pool only",
                             "drop it; with --dask-scheduler the Dask workers set the parallelism")

@@ -78,7 +78,7 @@ def _write(tmp_path, edit) -> Path:
 
 @pytest.mark.parametrize("edit, field, words", [
     (lambda d: d["job"].update(offload_modules=["core_attn"]), "job.offload_modules[0]",
-     "unknown module"),
+     "unknown value 'core_attn'"),
     (lambda d: (d["job"].update(offload_modules=["expert_fc1"]), d["model"].pop("moe")),
      "job.offload_modules", "no routed experts"),
     (lambda d: (d["job"].update(offload_modules=["expert_fc1"]),

@@ -125,7 +125,7 @@ def test_norm_recompute_time_is_one_pass_over_each_norm():
 # --- loader ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra, field, words", [
-    ({"recompute_modules": ["layernorm", "qkv"]}, "job.recompute_modules[1]", "unknown module"),
+    ({"recompute_modules": ["layernorm", "qkv"]}, "job.recompute_modules[1]", "unknown value 'qkv'"),
     ({"recompute_modules": ["moe_act"]}, "job.recompute_modules", "no routed experts"),
     ({"recompute_modules": ["mla_up_proj"]}, "job.recompute_modules", "no latent attention"),
     ({"recompute_modules": ["layernorm"]}, "job.recompute_modules", "full_recompute: false"),
