@@ -95,6 +95,7 @@ solver/bounds/plan_range.py): each bound then holds for every layer-plan combina
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -246,6 +247,7 @@ class FamilyBounds:
     # a _Front; _front_syncs: apart, its bound and the sync rows), kept as choices are read ahead
     fronts: dict = field(default_factory=dict)
     front_syncs: dict = field(default_factory=dict)
+    roughs: dict = field(default_factory=dict)  # one-group StageFamily -> rough_bound (one_group_rough)
 
     def __post_init__(self) -> None:
         inst = self.inst
@@ -453,6 +455,13 @@ class FamilyBounds:
         their slowest stages, and opened 77)."""
         if isinstance(fam, ReplicaFamily) or not self.inst.search.idle_gpus and self.v_max < 2:
             return self.family_bound(fam), False
+        if len(fam.used) == 1 and self.agg == "max":  # (one_group_rough: every dp at once)
+            got = self.roughs.get(fam)
+            if got is None:
+                self.roughs.update(one_group_rough(self, _stage_families(self.inst, *fam.at, fam.used)))
+                got = self.roughs.get(fam)
+            if got is not None:
+                return got
         _, bounds, _ = self._combos(fam, recompute=False, refusals=False)
         return (float(bounds.min()), True) if bounds.size else (float("inf"), False)
 
@@ -928,6 +937,8 @@ class FamilyBounds:
             index, bounds = self.replica_combos(fam)
             keep = _winning(bounds, can_win)
             return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+        if self.inst.search.idle_gpus:
+            return self._idle_choices(fam, can_win)
         index, bounds, terms = self._combos(fam)
         keep = _winning(bounds, can_win)
         if len(keep) and not self.inst.search.idle_gpus:
@@ -942,6 +953,23 @@ class FamilyBounds:
                 keep = keep[_winning(bounds[keep], can_win)]
             if self.reads_syncs(fam):  # (joint_keys reads their rows ahead, least bound first)
                 self.opened[fam] = keep[np.argsort(bounds[keep], kind="stable")].tolist()
+        return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+
+    def _idle_choices(self, fam: StageFamily, can_win) -> list[tuple[int, float]]:
+        """choices of a stage family under search.idle_gpus (its bounds are _combos' alone): the
+        slowest stage with forced recompute is read only for the choices whose bound without it
+        can still win. That bound is at most the choice's own (every term grows with the
+        slowest stage, float rounding included: _combos' `least`), so a choice it leaves out
+        cannot win, and those kept get the floats of the whole grid's call (_combos' `only`
+        reads elementwise, the refusals none with idle GPUs; a family of more than
+        RECOMPUTE_CHOICES choices reads no such term either way). GPT-3 175B on 1,024 A100: 41
+        families opened, their 1,480 slowest-stage readings 1,080 (issue 33)."""
+        index, bounds, _ = self._combos(fam, recompute=False)
+        keep = _winning(bounds, can_win)
+        if len(keep) and math.prod(len(x) for x in fam.tps) <= RECOMPUTE_CHOICES:
+            bounds = bounds.copy()
+            bounds[keep] = self._combos(fam, only=keep)[1]
+            keep = keep[_winning(bounds[keep], can_win)]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
@@ -983,3 +1011,68 @@ def _winning(bounds: np.ndarray, can_win) -> np.ndarray:
     if lo == 0:
         return np.zeros(0, np.int64)
     return np.flatnonzero(bounds <= values[lo - 1])
+
+
+# rows (tp choices of one-group stage families) one_group_rough reads in one pass: each row holds
+# (micro-batch sizes x scenarios) floats in a handful of arrays (Llama-3.1 405B on 16,384 H100:
+# 32,766 families of up to 5 choices)
+ROUGH_ROWS = 4096
+
+
+def one_group_rough(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
+    """fb.rough_bound of each one-group StageFamily of `fams` under a worst case over scenarios,
+    read for all of them at once: _combos' reading with recompute and refusals off, whose floats
+    are elementwise per tp choice (its tp, dp and floors) and per (choice, micro-batch size), so
+    the rows of many families stacked give each the floats of its own call (search.idle_gpus on
+    one group: a family per (cp, dp), dp from 1 to the most the group holds; Llama-3.1 405B on
+    16,384 H100 keyed 32,766 families, 0.36 ms of numpy's per-call work each)."""
+    out: dict = {}
+    batch: list[StageFamily] = []
+    rows = 0
+    for fam in fams:
+        batch.append(fam)
+        rows += len(fam.tps[0])
+        if rows >= ROUGH_ROWS:
+            out.update(_rough_rows(fb, batch))
+            batch, rows = [], 0
+    if batch:
+        out.update(_rough_rows(fb, batch))
+    return out
+
+
+def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
+    """one_group_rough of `fams` in one pass: _combos(fam, recompute=False, refusals=False)'s
+    expressions, one row per (family, tp choice), with search.idle_gpus' one stage a group at
+    least (pp 1: held = f, the depth's cap passes) and the bound at 0 slowest stage."""
+    inst = fb.inst
+    s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
+    most = min(L, s.max_pp if s.max_pp is not None else L)
+    g = fams[0].used[0]
+    n = inst.cluster.groups[g].num_gpus
+    t = np.array([t for f in fams for _, t in f.tps[0]])
+    dp = np.array([f.dp for f in fams for _ in f.tps[0]])
+    cp = np.array([f.cp for f in fams for _ in f.tps[0]])
+    fs = np.stack([fb.floor(g, int(x), int(c)) for x, c in zip(t.tolist(), cp.tolist())])  # (rows, mbs, scenarios)
+    held_most = np.minimum(n // (t * cp * dp), most) * dp
+    rate = 0.0 + held_most[:, None, None] / fs
+    lo, hi = np.minimum(np.inf, fs), np.maximum(-np.inf, fs)
+    held = 0.0 + np.ones(len(t))[:, None, None] * fs
+    pp = np.ones(len(t), np.int64)
+    m = np.floor(gb / fb.mbs)[None, :, None] / dp[:, None, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a0 = np.maximum((L * dp)[:, None, None] / rate, hi)
+        s0 = L * lo - fb.slot_c * (hi - lo)
+        z1 = (m - 1) * np.maximum(a0, 0.0) + held + (L - pp)[:, None, None] * lo
+        zv = np.full_like(z1, np.inf)
+        deep = m >= pp[:, None, None]
+        if fb.v_max >= 2:
+            for v in (2.0, float(fb.v_max)):
+                zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0, 0.0) + s0 / v), zv)
+        z = np.minimum(z1, zv)
+    valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & (pp <= most)[:, None, None]
+    # each row's bound, times its family's factor (of cp: one group, both depths), and each
+    # family's least over its rows (every family has a row: stage_families keeps none without)
+    factor = np.array([fb.factor(fams[0].used, int(c), (1, 2)) for c in cp.tolist()])
+    bounds = np.where(valid, z, np.inf).max(axis=2).min(axis=1) * factor
+    starts = np.cumsum([0] + [len(f.tps[0]) for f in fams[:-1]])
+    return {fam: (lb, True) for fam, lb in zip(fams, np.minimum.reduceat(bounds, starts).tolist())}
