@@ -573,6 +573,9 @@ class FamilyBounds:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
+        # v > 1: on one group with idle GPUs, the depth divides m (interleaved_a)
+        a0v, deep_ok = ((a0, np.ones((grid.shape[1], 1, 1), bool)) if not (s.idle_gpus and len(fam.used) == 1)
+                        else interleaved_a(L, m, np.minimum(per_group[0], most), lo, hi))
 
         def bounds_at(sel, slow1, slow_v) -> tuple:
             """(z1, zv, valid, bound) of the choices `sel` with their slowest stages read
@@ -583,10 +586,10 @@ class FamilyBounds:
                 z1 = (m - 1) * np.maximum(a0[sel], slow1) + held[sel] + (L - pp[sel])[:, None, None] * lo[sel]
                 # v > 1: m a multiple of pp (space._count_form_of)
                 zv = np.full_like(z1, np.inf)
-                deep = m >= pp[sel][:, None, None]
+                deep = (m >= pp[sel][:, None, None]) & deep_ok[sel]
                 if self.v_max >= 2:
                     for v in (2.0, float(self.v_max)):
-                        zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0[sel], slow_v) + s0[sel] / v), zv)
+                        zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0v[sel], slow_v) + s0[sel] / v), zv)
                 z = np.minimum(z1, zv)
             valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[sel][:, None, None]
             z = np.where(valid, z, np.inf)
@@ -1064,10 +1067,11 @@ def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
         s0 = L * lo - fb.slot_c * (hi - lo)
         z1 = (m - 1) * np.maximum(a0, 0.0) + held + (L - pp)[:, None, None] * lo
         zv = np.full_like(z1, np.inf)
-        deep = m >= pp[:, None, None]
+        a0v, deep_ok = interleaved_a(L, m, np.minimum(n // (t * cp * dp), most), lo, hi)
+        deep = (m >= pp[:, None, None]) & deep_ok
         if fb.v_max >= 2:
             for v in (2.0, float(fb.v_max)):
-                zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0, 0.0) + s0 / v), zv)
+                zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0v, 0.0) + s0 / v), zv)
         z = np.minimum(z1, zv)
     valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & (pp <= most)[:, None, None]
     # each row's bound, times its family's factor (of cp: one group, both depths), and each
@@ -1076,3 +1080,34 @@ def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
     bounds = np.where(valid, z, np.inf).max(axis=2).min(axis=1) * factor
     starts = np.cumsum([0] + [len(f.tps[0]) for f in fams[:-1]])
     return {fam: (lb, True) for fam, lb in zip(fams, np.minimum.reduceat(bounds, starts).tolist())}
+
+
+def interleaved_a(L: int, m: np.ndarray, places: np.ndarray, f: np.ndarray, hi: np.ndarray) -> tuple:
+    """(A's floor at v > 1 (choices, mbs, scenarios), whether some depth runs v > 1 (choices,
+    mbs, 1)) of the tp choices of a one-group stage family under search.idle_gpus: `m` the lone
+    class's micro-batch count per micro-batch size ((1 or choices, mbs, 1)), `places` the stages
+    each choice's group holds (choices,: min(N / (t cp dp), the depth's cap)), `f` its layer
+    floor and `hi` the largest (choices, mbs, scenarios). A configuration at v > 1 is a
+    pipeline of pp stages, 2 <= pp <= places (space.virtual_stage_values: every class has a
+    pipeline), whose count m is a multiple of pp (space._count_form_of: Megatron-LM's
+    interleaved schedule), so pp <= P(m), the largest divisor of m in [2, places] (none: no
+    configuration at v > 1). Its stages all sit on the group, each at least its floor f, so
+    A = min over integer splits of max_s (a_s + n_s t_s) >= max_s n_s f >= L f / pp >= L f /
+    P(m), with the slots' relaxation too (n_s the model's own layers, sum L: stage_bound_rows);
+    and A >= hi as _combos reads it. The module's A0 = L f / places is at most this: the bound
+    at v > 1 only rises (Llama-3.1 405B on 16,384 H100 at dp 2048 and tp 2: one micro-batch a
+    replica, so no depth runs v > 1, where A0 had read a 4-stage interleaved pipeline)."""
+    rows = max(len(places), m.shape[0])
+    counts = np.broadcast_to(np.where(m == np.floor(m), m, 0)[..., 0], (rows, m.shape[1])).astype(np.int64)
+    cap = np.broadcast_to(np.asarray(places, np.int64)[:, None], counts.shape)
+    pairs, inverse = np.unique(np.stack([counts.ravel(), cap.ravel()]), axis=1, return_inverse=True)
+    most = np.array([_deepest(int(x), int(c)) for x, c in pairs.T.tolist()], np.int64)[inverse.ravel()]
+    most = most.reshape(counts.shape)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a = np.maximum(L * f / np.where(most >= 2, most, 1), hi)
+    return a, most >= 2
+
+
+def _deepest(count: int, places: int) -> int:
+    """The largest divisor of `count` in [2, places], 0 where none (interleaved_a)."""
+    return next((d for d in range(min(count, places), 1, -1) if count % d == 0), 0)

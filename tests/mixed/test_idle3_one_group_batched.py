@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 from test_idle_one_group import one_group_instance
+from test_stage_families import _every_family_opened
 
 from paraplan.solver.bounds import stage_families as sf
 from paraplan.solver.search import scenario_weights
@@ -74,3 +75,70 @@ def test_the_choices_read_lazily_are_those_read_whole():
             assert fb.choices(fam, can_win) == list(zip(index[keep].tolist(), bounds[keep].tolist())), (fam, bar)
             dropped += len(sf._winning(lower, can_win)) - len(keep)
     assert raised and dropped  # the slowest stage raises some bounds and prunes some choice
+
+
+def _old_reading(L, m, places, f, hi):
+    """interleaved_a as the bound read before it: A0 = L f / places at every count."""
+    rows = max(len(places), m.shape[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.maximum(L * f / np.asarray(places, float)[:, None, None], hi)
+    return a, np.ones((rows, m.shape[1], 1), bool)
+
+
+def _interleaved_instance():
+    """_instance with v 1, 2 or 3 on 12 GPUs and a batch of 36 (counts 36 / dp with few
+    divisors: dp 4 at micro-batch 1 runs 9 micro-batches, which no depth of 2 divides)."""
+    inst = _instance()
+    group = dataclasses.replace(inst.cluster.groups[0], nodes=2)
+    return dataclasses.replace(inst, cluster=dataclasses.replace(inst.cluster, groups=(group,)),
+                               search=dataclasses.replace(inst.search, virtual_stages=(1, 2, 3), cp=(1,)),
+                               job=dataclasses.replace(inst.job, global_batch=36))
+
+
+def test_the_interleaved_depth_floor_is_at_most_every_configurations_optimum(monkeypatch):
+    """interleaved_a's A >= L f / P(m): each configuration at v > 1 of a family (every one of
+    the space, solved by the exact split DP) is at least its tp choice's and micro-batch size's
+    v > 1 term (_combos' zv, which reads that floor) times the family's quantile factor; each
+    family's key is at least the one read without the floor, above it for some family; and a
+    floor too large (a depth of 2 at every count, planted) fails the first check."""
+    from paraplan.solver import search as search_mod
+
+    inst = _interleaved_instance()
+    lazy, _, spans = _every_family_opened(inst)
+    with monkeypatch.context() as m:
+        m.setattr(sf, "interleaved_a", _old_reading)
+        before = search_mod._Partials.of(inst, "nominal", search_mod.FAMILIES, None)
+        old = [before.family_key(f) for f in range(len(before.families))]
+    new = [lazy.family_key(f) for f in range(len(lazy.families))]
+    assert all(n >= o for n, o in zip(new, old)) and any(n > o for n, o in zip(new, old))
+    assert _interleaved_below(inst, lazy, spans) == 0
+    with monkeypatch.context() as m:
+        m.setattr(sf, "_deepest", lambda count, places: 2 if count >= 2 else 0)
+        planted, _, planted_spans = _every_family_opened(inst)
+        assert _interleaved_below(inst, planted, planted_spans) > 0
+
+
+def _interleaved_below(inst, lazy, spans) -> int:
+    """The configurations at v > 1 whose optimum lies below their tp choice's v > 1 term
+    (test above); asserts that some were solved."""
+    from paraplan.solver import search as search_mod
+
+    fb, solved, below = lazy.fb, 0, 0
+    for f, a, b in spans:
+        fam = lazy.families[f]
+        index, _, terms = fb._combos(fam)
+        zv, factor = terms[1], terms[5]
+        for part in lazy.partials[a:b]:
+            c = index.tolist().index(fb._group_tps(fam)[0].index(part.tpg[0]))
+            outers = [o for blk in part.blocks() for o in blk.outers() if o.virtual_stages > 1]
+            for o, p in zip(outers, search_mod.problems_for(inst, outers, "nominal")):
+                bi = fb.mbs.tolist().index(o.micro_batch)
+                lb = float(zv[c, bi, 0]) * factor
+                if p is None:
+                    continue
+                # (an inf term says no configuration runs there: any optimum is below it)
+                sr = search_mod._solve_lone_dp(p, 60.0, None, lb / (1 + 1e-9) if np.isfinite(lb) else None)
+                solved += 1
+                below += sr.objective_s is not None and sr.objective_s < lb * (1 - 1e-9)
+    assert solved
+    return below
