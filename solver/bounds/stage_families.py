@@ -94,6 +94,7 @@ solver/bounds/plan_range.py): each bound then holds for every layer-plan combina
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -574,8 +575,9 @@ class FamilyBounds:
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
         # v > 1: on one group with idle GPUs, the depth divides m (interleaved_a)
-        a0v, deep_ok = ((a0, np.ones((grid.shape[1], 1, 1), bool)) if not (s.idle_gpus and len(fam.used) == 1)
-                        else interleaved_a(L, m, np.minimum(per_group[0], most), lo, hi))
+        a0v, deep_ok, zg = ((a0, np.ones((grid.shape[1], 1, 1), bool), np.full((grid.shape[1], 1, 1), -np.inf))
+                            if not (s.idle_gpus and len(fam.used) == 1) else
+                            interleaved_a(L, m, np.minimum(per_group[0], most), lo, hi, self.slot_c, self.v_max))
 
         def bounds_at(sel, slow1, slow_v) -> tuple:
             """(z1, zv, valid, bound) of the choices `sel` with their slowest stages read
@@ -590,6 +592,7 @@ class FamilyBounds:
                 if self.v_max >= 2:
                     for v in (2.0, float(self.v_max)):
                         zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0v[sel], slow_v) + s0[sel] / v), zv)
+                    zv = np.maximum(zv, zg[sel])
                 z = np.minimum(z1, zv)
             valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[sel][:, None, None]
             z = np.where(valid, z, np.inf)
@@ -965,8 +968,7 @@ class FamilyBounds:
         slowest stage, float rounding included: _combos' `least`), so a choice it leaves out
         cannot win, and those kept get the floats of the whole grid's call (_combos' `only`
         reads elementwise, the refusals none with idle GPUs; a family of more than
-        RECOMPUTE_CHOICES choices reads no such term either way). GPT-3 175B on 1,024 A100: 41
-        families opened, their 1,480 slowest-stage readings 1,080 (issue 33)."""
+        RECOMPUTE_CHOICES choices reads no such term either way; issue 33)."""
         index, bounds, _ = self._combos(fam, recompute=False)
         keep = _winning(bounds, can_win)
         if len(keep) and math.prod(len(x) for x in fam.tps) <= RECOMPUTE_CHOICES:
@@ -1067,11 +1069,12 @@ def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
         s0 = L * lo - fb.slot_c * (hi - lo)
         z1 = (m - 1) * np.maximum(a0, 0.0) + held + (L - pp)[:, None, None] * lo
         zv = np.full_like(z1, np.inf)
-        a0v, deep_ok = interleaved_a(L, m, np.minimum(n // (t * cp * dp), most), lo, hi)
+        a0v, deep_ok, zg = interleaved_a(L, m, np.minimum(n // (t * cp * dp), most), lo, hi, fb.slot_c, fb.v_max)
         deep = (m >= pp[:, None, None]) & deep_ok
         if fb.v_max >= 2:
             for v in (2.0, float(fb.v_max)):
                 zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0v, 0.0) + s0 / v), zv)
+            zv = np.maximum(zv, zg)
         z = np.minimum(z1, zv)
     valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & (pp <= most)[:, None, None]
     # each row's bound, times its family's factor (of cp: one group, both depths), and each
@@ -1082,32 +1085,59 @@ def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
     return {fam: (lb, True) for fam, lb in zip(fams, np.minimum.reduceat(bounds, starts).tolist())}
 
 
-def interleaved_a(L: int, m: np.ndarray, places: np.ndarray, f: np.ndarray, hi: np.ndarray) -> tuple:
+def interleaved_a(L: int, m: np.ndarray, places: np.ndarray, f: np.ndarray, hi: np.ndarray, slots: float,
+                  v_max: int) -> tuple:
     """(A's floor at v > 1 (choices, mbs, scenarios), whether some depth runs v > 1 (choices,
-    mbs, 1)) of the tp choices of a one-group stage family under search.idle_gpus: `m` the lone
-    class's micro-batch count per micro-batch size ((1 or choices, mbs, 1)), `places` the stages
-    each choice's group holds (choices,: min(N / (t cp dp), the depth's cap)), `f` its layer
-    floor and `hi` the largest (choices, mbs, scenarios). A configuration at v > 1 is a
-    pipeline of pp stages, 2 <= pp <= places (space.virtual_stage_values: every class has a
-    pipeline), whose count m is a multiple of pp (space._count_form_of: Megatron-LM's
-    interleaved schedule), so pp <= P(m), the largest divisor of m in [2, places] (none: no
-    configuration at v > 1). Its stages all sit on the group, each at least its floor f, so
-    A = min over integer splits of max_s (a_s + n_s t_s) >= max_s n_s f >= L f / pp >= L f /
-    P(m), with the slots' relaxation too (n_s the model's own layers, sum L: stage_bound_rows);
-    and A >= hi as _combos reads it. The module's A0 = L f / places is at most this: the bound
-    at v > 1 only rises (Llama-3.1 405B on 16,384 H100 at dp 2048 and tp 2: one micro-batch a
-    replica, so no depth runs v > 1, where A0 had read a 4-stage interleaved pipeline)."""
+    mbs, 1), a floor of Z_v itself (choices, mbs, scenarios)) of the tp choices of a one-group
+    stage family under search.idle_gpus: `m` the lone class's micro-batch count per micro-batch
+    size ((1 or choices, mbs, 1)), `places` the stages each choice's group holds (choices,:
+    min(N / (t cp dp), the depth's cap)), `f` its layer floor and `hi` the largest (choices,
+    mbs, scenarios), `slots` the layer slots the job may run (0 or 2) and `v_max` the module's.
+    A configuration at v > 1 is a pipeline of pp stages, 2 <= pp <= places (space.
+    virtual_stage_values: every class has a pipeline), whose count m is a multiple of pp
+    (space._count_form_of: Megatron-LM's interleaved schedule), so pp <= P(m), the largest
+    divisor of m in [2, places] (none: no configuration at v > 1), and v pp <= L + slots
+    (space.slot_modes_of: every stage holds a chunk), v <= v_max. Its stages all sit on the
+    group, each at least its floor f, so A = min over integer splits of max_s (a_s + n_s t_s)
+    >= max_s n_s f >= L f / pp >= L f / P(m), with the slots' relaxation too (n_s the model's
+    own layers, sum L: stage_bound_rows), and A >= hi as _combos reads it; and on one group
+    S >= S0 = L f (t_min = t_max). So its Z_v = (m - 1/v) A + S / v >= L f ((m - 1/v) / pp +
+    1 / v), whose least over its v (linear in 1/v) is at v = 2 or the most v its pp admits:
+    the least of that over the depths pp the count admits (G, _interleaved_g) times L f is at
+    most the Z_v of every configuration at v > 1. The module's A0 = L f / places is at most
+    these: the bound at v > 1 only rises (Llama-3.1 405B on 16,384 H100 at dp 2048 and tp 2:
+    one micro-batch a replica, so no depth runs v > 1, where A0 had read a 4-stage interleaved
+    pipeline; GPT-3 175B on 1,024 A100 at dp 16, cp 2, tp 1: 96 micro-batches, 32 stages at v
+    <= 3, where v_max had read the bubble away)."""
     rows = max(len(places), m.shape[0])
     counts = np.broadcast_to(np.where(m == np.floor(m), m, 0)[..., 0], (rows, m.shape[1])).astype(np.int64)
     cap = np.broadcast_to(np.asarray(places, np.int64)[:, None], counts.shape)
-    pairs, inverse = np.unique(np.stack([counts.ravel(), cap.ravel()]), axis=1, return_inverse=True)
-    most = np.array([_deepest(int(x), int(c)) for x, c in pairs.T.tolist()], np.int64)[inverse.ravel()]
-    most = most.reshape(counts.shape)[..., None]
+    width = int(cap.max(initial=0)) + 1  # (each (count, places) pair as one integer: np.unique in 1-D)
+    keys, inverse = np.unique((counts * width + cap).ravel(), return_inverse=True)
+    read = [(_deepest(x, c), _interleaved_g(x, c, L, int(slots), v_max))
+            for x, c in zip((keys // width).tolist(), (keys % width).tolist())]
+    most = np.array([d for d, _ in read], np.int64)[inverse.ravel()].reshape(counts.shape)[..., None]
+    g = np.array([x for _, x in read])[inverse.ravel()].reshape(counts.shape)[..., None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a = np.maximum(L * f / np.where(most >= 2, most, 1), hi)
-    return a, most >= 2
+        zg = (L * f) * g
+    return a, most >= 2, zg
 
 
 def _deepest(count: int, places: int) -> int:
     """The largest divisor of `count` in [2, places], 0 where none (interleaved_a)."""
     return next((d for d in range(min(count, places), 1, -1) if count % d == 0), 0)
+
+
+@functools.lru_cache(maxsize=65536)
+def _interleaved_g(count: int, places: int, layers: int, slots: int, v_max: int) -> float:
+    """G of interleaved_a: the least over the depths pp in [2, places] dividing `count` and the
+    v in [2, min(v_max, (layers + slots) // pp)] of (count - 1/v) / pp + 1/v (at v = 2 or the
+    most: linear in 1/v); inf where no (pp, v) is left."""
+    best = float("inf")
+    for pp in range(2, min(count, places) + 1):
+        most = min(v_max, (layers + slots) // pp)
+        if count % pp or most < 2:
+            continue
+        best = min(best, *((count - 1 / v) / pp + 1 / v for v in (2, most)))
+    return best

@@ -77,12 +77,13 @@ def test_the_choices_read_lazily_are_those_read_whole():
     assert raised and dropped  # the slowest stage raises some bounds and prunes some choice
 
 
-def _old_reading(L, m, places, f, hi):
-    """interleaved_a as the bound read before it: A0 = L f / places at every count."""
+def _old_reading(L, m, places, f, hi, slots, v_max):
+    """interleaved_a as the bound read before it: A0 = L f / places at every count, no floor of
+    Z_v of its own."""
     rows = max(len(places), m.shape[0])
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.maximum(L * f / np.asarray(places, float)[:, None, None], hi)
-    return a, np.ones((rows, m.shape[1], 1), bool)
+    return a, np.ones((rows, m.shape[1], 1), bool), np.full((rows, 1, 1), -np.inf)
 
 
 def _interleaved_instance():
@@ -96,11 +97,12 @@ def _interleaved_instance():
 
 
 def test_the_interleaved_depth_floor_is_at_most_every_configurations_optimum(monkeypatch):
-    """interleaved_a's A >= L f / P(m): each configuration at v > 1 of a family (every one of
+    """interleaved_a's floors (A >= L f / P(m), Z_v >= L f G): each configuration at v > 1 of a family (every one of
     the space, solved by the exact split DP) is at least its tp choice's and micro-batch size's
     v > 1 term (_combos' zv, which reads that floor) times the family's quantile factor; each
-    family's key is at least the one read without the floor, above it for some family; and a
-    floor too large (a depth of 2 at every count, planted) fails the first check."""
+    family's key is at least the one read without the floors, above it for some family; and
+    floors too large (planted: a depth of 2 at every count; G at pp 2 and v 2 alone) fail the
+    first check."""
     from paraplan.solver import search as search_mod
 
     inst = _interleaved_instance()
@@ -112,10 +114,14 @@ def test_the_interleaved_depth_floor_is_at_most_every_configurations_optimum(mon
     new = [lazy.family_key(f) for f in range(len(lazy.families))]
     assert all(n >= o for n, o in zip(new, old)) and any(n > o for n, o in zip(new, old))
     assert _interleaved_below(inst, lazy, spans) == 0
-    with monkeypatch.context() as m:
-        m.setattr(sf, "_deepest", lambda count, places: 2 if count >= 2 else 0)
-        planted, _, planted_spans = _every_family_opened(inst)
-        assert _interleaved_below(inst, planted, planted_spans) > 0
+    # planted: a depth of 2 at every count (A read too large), and G read at pp 2 and v 2 alone
+    for name, fault in (("_deepest", lambda count, places: 2 if count >= 2 else 0),
+                        ("_interleaved_g", lambda count, places, layers, slots, v_max:
+                         (count - 1 / 2) / 2 + 1 / 2 if count >= 2 and places >= 2 else float("inf"))):
+        with monkeypatch.context() as m:
+            m.setattr(sf, name, fault)
+            planted, _, planted_spans = _every_family_opened(inst)
+            assert _interleaved_below(inst, planted, planted_spans) > 0, name
 
 
 def _interleaved_below(inst, lazy, spans) -> int:
