@@ -1057,7 +1057,11 @@ def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
     t = np.array([t for f in fams for _, t in f.tps[0]])
     dp = np.array([f.dp for f in fams for _ in f.tps[0]])
     cp = np.array([f.cp for f in fams for _ in f.tps[0]])
-    fs = np.stack([fb.floor(g, int(x), int(c)) for x, c in zip(t.tolist(), cp.tolist())])  # (rows, mbs, scenarios)
+    # the few (tp, cp) and cp values, each read once
+    width = int(cp.max()) + 1
+    keys, at = np.unique(t * width + cp, return_inverse=True)
+    fs = np.stack([fb.floor(g, x // width, x % width) for x in keys.tolist()])[at.ravel()]  # (rows, mbs, scenarios)
+    cps, by_cp = np.unique(cp, return_inverse=True)
     held_most = np.minimum(n // (t * cp * dp), most) * dp
     rate = 0.0 + held_most[:, None, None] / fs
     lo, hi = np.minimum(np.inf, fs), np.maximum(-np.inf, fs)
@@ -1079,7 +1083,7 @@ def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
     valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & (pp <= most)[:, None, None]
     # each row's bound, times its family's factor (of cp: one group, both depths), and each
     # family's least over its rows (every family has a row: stage_families keeps none without)
-    factor = np.array([fb.factor(fams[0].used, int(c), (1, 2)) for c in cp.tolist()])
+    factor = np.array([fb.factor(fams[0].used, c, (1, 2)) for c in cps.tolist()])[by_cp.ravel()]
     bounds = np.where(valid, z, np.inf).max(axis=2).min(axis=1) * factor
     starts = np.cumsum([0] + [len(f.tps[0]) for f in fams[:-1]])
     return {fam: (lb, True) for fam, lb in zip(fams, np.minimum.reduceat(bounds, starts).tolist())}
