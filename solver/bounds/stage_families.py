@@ -94,7 +94,9 @@ solver/bounds/plan_range.py): each bound then holds for every layer-plan combina
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -246,6 +248,7 @@ class FamilyBounds:
     # a _Front; _front_syncs: apart, its bound and the sync rows), kept as choices are read ahead
     fronts: dict = field(default_factory=dict)
     front_syncs: dict = field(default_factory=dict)
+    roughs: dict = field(default_factory=dict)  # one-group StageFamily -> rough_bound (one_group_rough)
 
     def __post_init__(self) -> None:
         inst = self.inst
@@ -453,6 +456,13 @@ class FamilyBounds:
         their slowest stages, and opened 77)."""
         if isinstance(fam, ReplicaFamily) or not self.inst.search.idle_gpus and self.v_max < 2:
             return self.family_bound(fam), False
+        if len(fam.used) == 1 and self.agg == "max":  # (one_group_rough: every dp at once)
+            got = self.roughs.get(fam)
+            if got is None:
+                self.roughs.update(one_group_rough(self, _stage_families(self.inst, *fam.at, fam.used)))
+                got = self.roughs.get(fam)
+            if got is not None:
+                return got
         _, bounds, _ = self._combos(fam, recompute=False, refusals=False)
         return (float(bounds.min()), True) if bounds.size else (float("inf"), False)
 
@@ -564,6 +574,10 @@ class FamilyBounds:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             a0 = np.maximum(L * fam.dp / rate, hi)  # and every stage holds a layer: A >= max_s t_s
             s0 = L * lo - self.slot_c * (hi - lo)
+        # v > 1: on one group with idle GPUs, the depth divides m (interleaved_a)
+        a0v, deep_ok, zg = ((a0, np.ones((grid.shape[1], 1, 1), bool), np.full((grid.shape[1], 1, 1), -np.inf))
+                            if not (s.idle_gpus and len(fam.used) == 1) else
+                            interleaved_a(L, m, np.minimum(per_group[0], most), lo, hi, self.slot_c, self.v_max))
 
         def bounds_at(sel, slow1, slow_v) -> tuple:
             """(z1, zv, valid, bound) of the choices `sel` with their slowest stages read
@@ -574,10 +588,11 @@ class FamilyBounds:
                 z1 = (m - 1) * np.maximum(a0[sel], slow1) + held[sel] + (L - pp[sel])[:, None, None] * lo[sel]
                 # v > 1: m a multiple of pp (space._count_form_of)
                 zv = np.full_like(z1, np.inf)
-                deep = m >= pp[sel][:, None, None]
+                deep = (m >= pp[sel][:, None, None]) & deep_ok[sel]
                 if self.v_max >= 2:
                     for v in (2.0, float(self.v_max)):
-                        zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0[sel], slow_v) + s0[sel] / v), zv)
+                        zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0v[sel], slow_v) + s0[sel] / v), zv)
+                    zv = np.maximum(zv, zg[sel])
                 z = np.minimum(z1, zv)
             valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & ok[sel][:, None, None]
             z = np.where(valid, z, np.inf)
@@ -928,6 +943,8 @@ class FamilyBounds:
             index, bounds = self.replica_combos(fam)
             keep = _winning(bounds, can_win)
             return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+        if self.inst.search.idle_gpus:
+            return self._idle_choices(fam, can_win)
         index, bounds, terms = self._combos(fam)
         keep = _winning(bounds, can_win)
         if len(keep) and not self.inst.search.idle_gpus:
@@ -942,6 +959,22 @@ class FamilyBounds:
                 keep = keep[_winning(bounds[keep], can_win)]
             if self.reads_syncs(fam):  # (joint_keys reads their rows ahead, least bound first)
                 self.opened[fam] = keep[np.argsort(bounds[keep], kind="stable")].tolist()
+        return list(zip(index[keep].tolist(), bounds[keep].tolist()))
+
+    def _idle_choices(self, fam: StageFamily, can_win) -> list[tuple[int, float]]:
+        """choices of a stage family under search.idle_gpus (its bounds are _combos' alone): the
+        slowest stage with forced recompute is read only for the choices whose bound without it
+        can still win. That bound is at most the choice's own (every term grows with the
+        slowest stage, float rounding included: _combos' `least`), so a choice it leaves out
+        cannot win, and those kept get the floats of the whole grid's call (_combos' `only`
+        reads elementwise, the refusals none with idle GPUs; a family of more than
+        RECOMPUTE_CHOICES choices reads no such term either way; issue 33)."""
+        index, bounds, _ = self._combos(fam, recompute=False)
+        keep = _winning(bounds, can_win)
+        if len(keep) and math.prod(len(x) for x in fam.tps) <= RECOMPUTE_CHOICES:
+            bounds = bounds.copy()
+            bounds[keep] = self._combos(fam, only=keep)[1]
+            keep = keep[_winning(bounds[keep], can_win)]
         return list(zip(index[keep].tolist(), bounds[keep].tolist()))
 
     def tpg_at(self, fam: StageFamily, ti: int) -> dict:
@@ -983,3 +1016,132 @@ def _winning(bounds: np.ndarray, can_win) -> np.ndarray:
     if lo == 0:
         return np.zeros(0, np.int64)
     return np.flatnonzero(bounds <= values[lo - 1])
+
+
+# rows (tp choices of one-group stage families) one_group_rough reads in one pass: each row holds
+# (micro-batch sizes x scenarios) floats in a handful of arrays (Llama-3.1 405B on 16,384 H100:
+# 32,766 families of up to 5 choices)
+ROUGH_ROWS = 4096
+
+
+def one_group_rough(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
+    """fb.rough_bound of each one-group StageFamily of `fams` under a worst case over scenarios,
+    read for all of them at once: _combos' reading with recompute and refusals off, whose floats
+    are elementwise per tp choice (its tp, dp and floors) and per (choice, micro-batch size), so
+    the rows of many families stacked give each the floats of its own call (search.idle_gpus on
+    one group: a family per (cp, dp), dp from 1 to the most the group holds; Llama-3.1 405B on
+    16,384 H100 keyed 32,766 families, 0.36 ms of numpy's per-call work each)."""
+    out: dict = {}
+    batch: list[StageFamily] = []
+    rows = 0
+    for fam in fams:
+        batch.append(fam)
+        rows += len(fam.tps[0])
+        if rows >= ROUGH_ROWS:
+            out.update(_rough_rows(fb, batch))
+            batch, rows = [], 0
+    if batch:
+        out.update(_rough_rows(fb, batch))
+    return out
+
+
+def _rough_rows(fb: FamilyBounds, fams: list[StageFamily]) -> dict:
+    """one_group_rough of `fams` in one pass: _combos(fam, recompute=False, refusals=False)'s
+    expressions, one row per (family, tp choice), with search.idle_gpus' one stage a group at
+    least (pp 1: held = f, the depth's cap passes) and the bound at 0 slowest stage."""
+    inst = fb.inst
+    s, L, gb = inst.search, inst.model.layers, inst.job.global_batch
+    most = min(L, s.max_pp if s.max_pp is not None else L)
+    g = fams[0].used[0]
+    n = inst.cluster.groups[g].num_gpus
+    t = np.array([t for f in fams for _, t in f.tps[0]])
+    dp = np.array([f.dp for f in fams for _ in f.tps[0]])
+    cp = np.array([f.cp for f in fams for _ in f.tps[0]])
+    # the few (tp, cp) and cp values, each read once
+    width = int(cp.max()) + 1
+    keys, at = np.unique(t * width + cp, return_inverse=True)
+    fs = np.stack([fb.floor(g, x // width, x % width) for x in keys.tolist()])[at.ravel()]  # (rows, mbs, scenarios)
+    cps, by_cp = np.unique(cp, return_inverse=True)
+    held_most = np.minimum(n // (t * cp * dp), most) * dp
+    rate = 0.0 + held_most[:, None, None] / fs
+    lo, hi = np.minimum(np.inf, fs), np.maximum(-np.inf, fs)
+    held = 0.0 + np.ones(len(t))[:, None, None] * fs
+    pp = np.ones(len(t), np.int64)
+    m = np.floor(gb / fb.mbs)[None, :, None] / dp[:, None, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a0 = np.maximum((L * dp)[:, None, None] / rate, hi)
+        s0 = L * lo - fb.slot_c * (hi - lo)
+        z1 = (m - 1) * np.maximum(a0, 0.0) + held + (L - pp)[:, None, None] * lo
+        zv = np.full_like(z1, np.inf)
+        a0v, deep_ok, zg = interleaved_a(L, m, np.minimum(n // (t * cp * dp), most), lo, hi, fb.slot_c, fb.v_max)
+        deep = (m >= pp[:, None, None]) & deep_ok
+        if fb.v_max >= 2:
+            for v in (2.0, float(fb.v_max)):
+                zv = np.where(deep, np.minimum(zv, (m - 1 / v) * np.maximum(a0v, 0.0) + s0 / v), zv)
+            zv = np.maximum(zv, zg)
+        z = np.minimum(z1, zv)
+    valid = (m >= 1) & (m == np.floor(m)) & ~np.isnan(z) & (pp <= most)[:, None, None]
+    # each row's bound, times its family's factor (of cp: one group, both depths), and each
+    # family's least over its rows (every family has a row: stage_families keeps none without)
+    factor = np.array([fb.factor(fams[0].used, c, (1, 2)) for c in cps.tolist()])[by_cp.ravel()]
+    bounds = np.where(valid, z, np.inf).max(axis=2).min(axis=1) * factor
+    starts = np.cumsum([0] + [len(f.tps[0]) for f in fams[:-1]])
+    return {fam: (lb, True) for fam, lb in zip(fams, np.minimum.reduceat(bounds, starts).tolist())}
+
+
+def interleaved_a(L: int, m: np.ndarray, places: np.ndarray, f: np.ndarray, hi: np.ndarray, slots: float,
+                  v_max: int) -> tuple:
+    """(A's floor at v > 1 (choices, mbs, scenarios), whether some depth runs v > 1 (choices,
+    mbs, 1), a floor of Z_v itself (choices, mbs, scenarios)) of the tp choices of a one-group
+    stage family under search.idle_gpus: `m` the lone class's micro-batch count per micro-batch
+    size ((1 or choices, mbs, 1)), `places` the stages each choice's group holds (choices,:
+    min(N / (t cp dp), the depth's cap)), `f` its layer floor and `hi` the largest (choices,
+    mbs, scenarios), `slots` the layer slots the job may run (0 or 2) and `v_max` the module's.
+    A configuration at v > 1 is a pipeline of pp stages, 2 <= pp <= places (space.
+    virtual_stage_values: every class has a pipeline), whose count m is a multiple of pp
+    (space._count_form_of: Megatron-LM's interleaved schedule), so pp <= P(m), the largest
+    divisor of m in [2, places] (none: no configuration at v > 1), and v pp <= L + slots
+    (space.slot_modes_of: every stage holds a chunk), v <= v_max. Its stages all sit on the
+    group, each at least its floor f, so A = min over integer splits of max_s (a_s + n_s t_s)
+    >= max_s n_s f >= L f / pp >= L f / P(m), with the slots' relaxation too (n_s the model's
+    own layers, sum L: stage_bound_rows), and A >= hi as _combos reads it; and on one group
+    S >= S0 = L f (t_min = t_max). So its Z_v = (m - 1/v) A + S / v >= L f ((m - 1/v) / pp +
+    1 / v), whose least over its v (linear in 1/v) is at v = 2 or the most v its pp admits:
+    the least of that over the depths pp the count admits (G, _interleaved_g) times L f is at
+    most the Z_v of every configuration at v > 1. The module's A0 = L f / places is at most
+    these: the bound at v > 1 only rises (Llama-3.1 405B on 16,384 H100 at dp 2048 and tp 2:
+    one micro-batch a replica, so no depth runs v > 1, where A0 had read a 4-stage interleaved
+    pipeline; GPT-3 175B on 1,024 A100 at dp 16, cp 2, tp 1: 96 micro-batches, 32 stages at v
+    <= 3, where v_max had read the bubble away)."""
+    rows = max(len(places), m.shape[0])
+    counts = np.broadcast_to(np.where(m == np.floor(m), m, 0)[..., 0], (rows, m.shape[1])).astype(np.int64)
+    cap = np.broadcast_to(np.asarray(places, np.int64)[:, None], counts.shape)
+    width = int(cap.max(initial=0)) + 1  # (each (count, places) pair as one integer: np.unique in 1-D)
+    keys, inverse = np.unique((counts * width + cap).ravel(), return_inverse=True)
+    read = [(_deepest(x, c), _interleaved_g(x, c, L, int(slots), v_max))
+            for x, c in zip((keys // width).tolist(), (keys % width).tolist())]
+    most = np.array([d for d, _ in read], np.int64)[inverse.ravel()].reshape(counts.shape)[..., None]
+    g = np.array([x for _, x in read])[inverse.ravel()].reshape(counts.shape)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a = np.maximum(L * f / np.where(most >= 2, most, 1), hi)
+        zg = (L * f) * g
+    return a, most >= 2, zg
+
+
+def _deepest(count: int, places: int) -> int:
+    """The largest divisor of `count` in [2, places], 0 where none (interleaved_a)."""
+    return next((d for d in range(min(count, places), 1, -1) if count % d == 0), 0)
+
+
+@functools.lru_cache(maxsize=65536)
+def _interleaved_g(count: int, places: int, layers: int, slots: int, v_max: int) -> float:
+    """G of interleaved_a: the least over the depths pp in [2, places] dividing `count` and the
+    v in [2, min(v_max, (layers + slots) // pp)] of (count - 1/v) / pp + 1/v (at v = 2 or the
+    most: linear in 1/v); inf where no (pp, v) is left."""
+    best = float("inf")
+    for pp in range(2, min(count, places) + 1):
+        most = min(v_max, (layers + slots) // pp)
+        if count % pp or most < 2:
+            continue
+        best = min(best, *((count - 1 / v) / pp + 1 / v for v in (2, most)))
+    return best
