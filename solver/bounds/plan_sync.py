@@ -77,7 +77,7 @@ def raised_keys(inst, outers: list, keys, idx: list[int], agg: str, weights, mem
     for j, o in enumerate(outers):
         if not applies(inst, o) or not np.isfinite(out[j]):
             continue
-        add = least_sync_s(inst, o, idx, agg, w, memo)
+        add = _least_sync_up_to(inst, o, idx, agg, w, memo)
         if add > 0:
             out[j] = (out[j] + factor_of(inst, o, memo) * add) * (1 - MARGIN)
     return out
@@ -157,7 +157,7 @@ CEILING_SLACK = 1e-6
 def _raised_bound(inst, read: list[tuple], bound_s: float, idx: list[int], agg: str, w: np.ndarray, memo: dict,
                   ceiling_s: float) -> float:
     """raised_partial_bounds' bound of one layout (its bound `bound_s`, its configurations'
-    (outer, factor) `read`). Each configuration's D is read only up to a cap (least_sync_s:
+    (outer, factor) `read`). Each configuration's D is read only up to a cap (_least_sync_up_to:
     exact below it, at least the cap and at most D above it): the least D so far (a D above it
     lowers nothing) and, with a ceiling, `need`, the D past which the raised bound lies
     CEILING_SLACK above the ceiling. So the least D is exact where it lies below `need`, and else
@@ -172,7 +172,7 @@ def _raised_bound(inst, read: list[tuple], bound_s: float, idx: list[int], agg: 
         keep = (ceiling_s * (1 - CEILING_SLACK) / (1 - MARGIN) - bound_s) / least_f
     least_d = math.inf
     for o, _ in read:
-        least_d = min(least_d, least_sync_s(inst, o, idx, agg, w, memo, min(least_d, need)))
+        least_d = min(least_d, _least_sync_up_to(inst, o, idx, agg, w, memo, min(least_d, need)))
         if least_d <= keep:
             return bound_s
     if 0 < least_d < math.inf:
@@ -180,7 +180,7 @@ def _raised_bound(inst, read: list[tuple], bound_s: float, idx: list[int], agg: 
     return bound_s
 
 
-def least_sync_s(inst, o, idx: list[int], agg: str, w: np.ndarray, memo: dict, cap: float = math.inf) -> float:
+def _least_sync_up_to(inst, o, idx: list[int], agg: str, w: np.ndarray, memo: dict, cap: float = math.inf) -> float:
     """D of outer `o` at the floors of g and d over Megatron's layer and every layer plan of each
     stage's tp group, per scenario of `idx` max over classes of max((sum_s d_s + L min_s g_s) /
     pp, max_s (d_s + g_s)), aggregated (_aggregate), where that is below `cap`; else some number
@@ -210,6 +210,14 @@ def _aggregate(d: list[float], agg: str, w: np.ndarray) -> float:
     """Per-scenario syncs `d` aggregated as the keys are raised by them: the least for a worst
     case (the worst scenario's time is at least any one's), else their weighted sum by `w`."""
     return min(d) if agg == "max" else float(np.array(d) @ w)
+
+
+def least_sync_s(inst, o, i: int, memo: dict) -> float:
+    """D of outer `o` on scenario i (_least_sync_up_to, read in full)."""
+    return _least_sync_up_to(inst, o, [i], "max", _NO_WEIGHTS, memo)
+
+
+_NO_WEIGHTS = np.zeros(0)  # a worst case's (_aggregate reads none)
 
 
 def _sync_key(o, i: int) -> tuple:

@@ -1,6 +1,6 @@
 """The layer plans' least sync read only as far as it decides (solver/bounds/plan_sync.py:
 raised_partial_bounds under the search's bar, each configuration's classes read while they
-can lower the least D, least_sync_s kept by what it reads of an outer, the quantile factor
+can lower the least D, each outer's sync kept by what it reads of an outer, the quantile factor
 kept by what it reads), on test_plan_sync's two-site instances with the layout options, ZeRO
 0 and 1 and both sequence-parallel flags (170 to 174 partial layouts of other families than the
 stage-wise one, outers of 1 to 4 classes, v up to 4).
@@ -162,7 +162,7 @@ def test_each_check_fails_on_a_planted_fault(monkeypatch):
     with monkeypatch.context() as m:  # the slack turned over: kept above the bar, dropped below it
         m.setattr(plan_sync, "CEILING_SLACK", -1e-3)
         assert barred_faults(inst)
-    up_to = plan_sync.least_sync_s
+    up_to = plan_sync._least_sync_up_to
     with monkeypatch.context() as m:  # each outer's classes read up to the first only
-        m.setattr(plan_sync, "least_sync_s", lambda *a: up_to(*a[:6], -math.inf))
+        m.setattr(plan_sync, "_least_sync_up_to", lambda *a: up_to(*a[:6], -math.inf))
         assert full_mismatches(inst, *AGGREGATES[0])
