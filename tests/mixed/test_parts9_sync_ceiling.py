@@ -7,7 +7,7 @@ stage-wise one, outers of 1 to 4 classes, v up to 4).
 
 Checked against the full reading, computed here from the module's definitions alone (each
 outer's D from plan_sync.layer_sync_floors with a fresh memo per outer, every class read, every
-v of every mode, its quantile factor from trust.objective_factor_of each time):
+configuration each block lists, its quantile factor from trust.objective_factor_of each time):
 - without a bar each raised bound and each raised key is the full reading's, float for float,
   with one memo shared across every call (so outers of one key and floors read once are reused)
   and on a worst case and a weighted aggregate over scenarios;
@@ -66,24 +66,15 @@ def full_d(inst, o, idx, agg, weights) -> float:
 
 
 def full_reading(inst, part, bound_s: float, idx, agg, weights) -> float:
-    """raised_partial_bounds' bound of one layout read in full: every configuration (every v of
-    every mode) of every block, the least D and the least factor; unraised where some block runs
-    an embedding / loss slot or some configuration is not read (plan_sync.applies)."""
-    least_d = least_f = math.inf
-    for blk in part.blocks():
-        if blk.tally.first is None:
-            continue
-        if any(emb or loss for _, emb, loss in blk.tally.vslots):
-            return bound_s
-        _, _, _, _, ep, etp, _, _ = blk.tally.first
-        for sp, zero, admitted in blk.modes_left:
-            for v in (v for v in blk.vs if v in admitted):
-                for rc in blk.recompute:
-                    o = blk.outer(sp, zero, v, rc, ep, etp, False, False)
-                    if not plan_sync.applies(inst, o):
-                        return bound_s
-                    least_d = min(least_d, full_d(inst, o, idx, agg, weights))
-                    least_f = min(least_f, objective_factor_of(inst, o))
+    """raised_partial_bounds' bound of one layout read in full: every configuration its blocks
+    list (OuterBlock.outers: every v of every mode), the least D and the least factor; unraised
+    where some block runs an embedding / loss slot or some configuration is not read
+    (plan_sync.applies)."""
+    outers = [o for blk in part.blocks() for o in blk.outers()]
+    if any(o.embedding_in_split or o.loss_in_split or not plan_sync.applies(inst, o) for o in outers):
+        return bound_s
+    least_d = min((full_d(inst, o, idx, agg, weights) for o in outers), default=math.inf)
+    least_f = min((objective_factor_of(inst, o) for o in outers), default=math.inf)
     if 0 < least_d < math.inf:
         return (bound_s + least_f * least_d) * (1 - plan_sync.MARGIN)
     return bound_s
