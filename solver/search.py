@@ -1064,7 +1064,7 @@ class _Partial(_Node):
         if others:
             read.update(zip(others, plan_sync.raised_partial_bounds(
                 s.inst, [lazy.partials[i] for i in others], [lazy.bounds[i] for i in others], s.idx, s.agg,
-                s.weights, s.sync_memo).tolist()))
+                s.weights, s.sync_memo, s.won.bar()[0] * (1 + REL_TOL)).tolist()))
         fresh = [p.index for p in got if lazy.partials[p.index].dp is not None and len(lazy.partials[p.index].used) > 1]
         if fresh:
             read.update(zip(fresh, lazy.read_syncs(s.inst, fresh, s.won.bar()[0] * (1 + REL_TOL))))

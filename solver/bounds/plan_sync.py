@@ -45,6 +45,8 @@ and DualPipe get D = 0 (no raise).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from paraplan.cost.class_coefficients import class_outers, group_site
@@ -75,14 +77,27 @@ def raised_keys(inst, outers: list, keys, idx: list[int], agg: str, weights, mem
     for j, o in enumerate(outers):
         if not applies(inst, o) or not np.isfinite(out[j]):
             continue
-        d = np.array([least_sync_s(inst, o, i, memo) for i in idx])
-        add = d.min() if agg == "max" else float(d @ w)
+        add = _least_sync_up_to(inst, o, idx, agg, w, memo)
         if add > 0:
-            out[j] = (out[j] + objective_factor_of(inst, o) * add) * (1 - MARGIN)
+            out[j] = (out[j] + factor_of(inst, o, memo) * add) * (1 - MARGIN)
     return out
 
 
-def raised_partial_bounds(inst, partials: list, bounds, idx: list[int], agg: str, weights, memo: dict) -> np.ndarray:
+def factor_of(inst, o, memo: dict) -> float:
+    """trust.objective_factor_of(inst, o), kept in `memo` by what it reads of `o`: the groups
+    its stages use (their GPU types and switch tiers), ZeRO, min(cp, 2) and the deepest class's
+    min(pp, 2) (32 A100 + 32 H100 with partitions and the three layout options asked it for
+    16,005 outers, a few dozen keys)."""
+    key = ("plan sync factor", frozenset(g for c in o.classes for g in c.stage_groups), o.zero, min(o.cp, 2),
+           min(max(c.pp for c in o.classes), 2))
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = objective_factor_of(inst, o)
+    return got
+
+
+def raised_partial_bounds(inst, partials: list, bounds, idx: list[int], agg: str, weights, memo: dict,
+                          ceiling_s: float = math.inf) -> np.ndarray:
     """The bounds before listing (layouts.partial_bounds_s) of partial layouts of another family
     than the stage-wise one (their classes' rings join across the groups, over the link between
     the sites where they span both), each raised by the least D of its configurations (the least
@@ -93,64 +108,144 @@ def raised_partial_bounds(inst, partials: list, bounds, idx: list[int], agg: str
     (applies: a block with an embedding / loss slot mode). Of v, D reads only whether it is 1
     (the reduction's overlap, unpriced_memory.sync_key) and the factor none (trust.
     objective_factor_of: the GPU types, ZeRO, cp and the deepest class), so each block's modes are
-    read at the first v of each kind, as layouts._least_syncs reads them."""
+    read at the first v of each kind, as layouts._least_syncs reads them.
+
+    `ceiling_s` (the search's bar, as layouts.partial_bounds_s takes it): the caller only keeps
+    or drops each layout by its bound, so a layout is read only as far as that decides
+    (_raised_bound): its unraised bound where the least D read so far keeps it below the
+    ceiling, or a bound past the ceiling once every configuration's D is read up to what passes
+    it. Without a ceiling every layout is read in full (the least D, each configuration's classes
+    read only while they can lower it: the same floats)."""
     out = np.asarray(bounds, float).copy()
     w = np.asarray(weights, float)
     for n, part in enumerate(partials):
-        if not np.isfinite(out[n]):
-            continue
-        least_d, least_f = np.inf, np.inf
-        for blk in part.blocks():
-            if blk.tally.first is None:
-                continue
-            if any(emb or loss for _, emb, loss in blk.tally.vslots):
-                least_d = 0.0
-                break
-            _, _, _, _, ep, etp, _, _ = blk.tally.first
-            for sp, zero, admitted in blk.modes_left:
-                kinds = {v == 1: v for v in reversed(blk.vs) if v in admitted}  # the first v of each kind
-                for v in kinds.values():
-                    for rc in blk.recompute:
-                        o = blk.outer(sp, zero, v, rc, ep, etp, False, False)
-                        if not applies(inst, o):
-                            least_d = 0.0
-                            break
-                        d = np.array([least_sync_s(inst, o, i, memo) for i in idx])
-                        least_d = min(least_d, d.min() if agg == "max" else float(d @ w))
-                        least_f = min(least_f, objective_factor_of(inst, o))
-            if least_d == 0.0:
-                break
-        if 0 < least_d < np.inf:
-            out[n] = (out[n] + least_f * least_d) * (1 - MARGIN)
+        if np.isfinite(out[n]):
+            read = _partial_outers(inst, part, memo)
+            if read:
+                out[n] = _raised_bound(inst, read, float(out[n]), idx, agg, w, memo, ceiling_s)
     return out
 
 
+def _partial_outers(inst, part, memo: dict) -> list[tuple] | None:
+    """(outer, quantile factor) of each configuration kind of partial layout `part` that D reads
+    (raised_partial_bounds: per block, mode and recompute mode, the first v of each kind), or
+    None where some configuration is not read (applies)."""
+    got = []
+    for blk in part.blocks():
+        if blk.tally.first is None:
+            continue
+        if any(emb or loss for _, emb, loss in blk.tally.vslots):
+            return None
+        _, _, _, _, ep, etp, _, _ = blk.tally.first
+        for sp, zero, admitted in blk.modes_left:
+            kinds = {v == 1: v for v in reversed(blk.vs) if v in admitted}  # the first v of each kind
+            for v in kinds.values():
+                for rc in blk.recompute:
+                    o = blk.outer(sp, zero, v, rc, ep, etp, False, False)
+                    if not applies(inst, o):
+                        return None
+                    got.append((o, factor_of(inst, o, memo)))
+    return got
+
+
+# relative: a layout's bound read only as far as the ceiling decides (_raised_bound) ends this
+# far below the ceiling (kept) or above it (dropped), far beyond MARGIN and the search's REL_TOL
+# and PARTIAL_MARGIN (1e-9 each), so that the search keeps or drops it as on the full reading
+CEILING_SLACK = 1e-6
+
+
+def _raised_bound(inst, read: list[tuple], bound_s: float, idx: list[int], agg: str, w: np.ndarray, memo: dict,
+                  ceiling_s: float) -> float:
+    """raised_partial_bounds' bound of one layout (its bound `bound_s`, its configurations'
+    (outer, factor) `read`). Each configuration's D is read only up to a cap (_least_sync_up_to:
+    exact below it, at least the cap and at most D above it): the least D so far (a D above it
+    lowers nothing) and, with a ceiling, `need`, the D past which the raised bound lies
+    CEILING_SLACK above the ceiling. So the least D is exact where it lies below `need`, and else
+    some number in [need, least D]: the bound then lies past the ceiling, at most the full
+    reading's. Once the least D so far keeps the raised bound CEILING_SLACK below the ceiling
+    the layout is kept whatever the rest reads (the least D only falls): its bound comes back
+    unraised, at most the full reading's too."""
+    least_f = min(f for _, f in read)
+    need, keep = math.inf, -math.inf
+    if math.isfinite(ceiling_s):
+        need = (ceiling_s * (1 + CEILING_SLACK) / (1 - MARGIN) - bound_s) / least_f
+        keep = (ceiling_s * (1 - CEILING_SLACK) / (1 - MARGIN) - bound_s) / least_f
+    least_d = math.inf
+    for o, _ in read:
+        least_d = min(least_d, _least_sync_up_to(inst, o, idx, agg, w, memo, min(least_d, need)))
+        if least_d <= keep:
+            return bound_s
+    if 0 < least_d < math.inf:
+        return (bound_s + least_f * least_d) * (1 - MARGIN)
+    return bound_s
+
+
+def _least_sync_up_to(inst, o, idx: list[int], agg: str, w: np.ndarray, memo: dict, cap: float = math.inf) -> float:
+    """D of outer `o` at the floors of g and d over Megatron's layer and every layer plan of each
+    stage's tp group, per scenario of `idx` max over classes of max((sum_s d_s + L min_s g_s) /
+    pp, max_s (d_s + g_s)), aggregated (_aggregate), where that is below `cap`; else some number
+    in [cap, it]. Its classes are read one at a time, every scenario's D the largest class term
+    read so far (at most its D), and the reading stops once their aggregate, which only grows,
+    reaches `cap`. A scenario's D read in full is kept in `memo` by what it reads of `o`
+    (_sync_key: an outer's two nodes, and outers that differ in v, read it), so the same floats
+    either way. Each class's floors are read by their keys first (_class_term)."""
+    keys = [_sync_key(o, i) for i in idx]
+    got = [memo.get(key) for key in keys]
+    if None in got:
+        ring, cos, net = ring_shape(o), [], NetEfficiency()
+        open_ = [si for si, x in enumerate(got) if x is None]
+        for si in open_:
+            got[si] = 0.0
+        for k in range(len(o.classes)):
+            if k and _aggregate(got, agg, w) >= cap:
+                return _aggregate(got, agg, w)
+            for si in open_:
+                got[si] = max(got[si], _class_term(inst, o, k, idx[si], memo, ring, cos, net))
+        for si in open_:
+            memo[keys[si]] = got[si]
+    return _aggregate(got, agg, w)
+
+
+def _aggregate(d: list[float], agg: str, w: np.ndarray) -> float:
+    """Per-scenario syncs `d` aggregated as the keys are raised by them: the least for a worst
+    case (the worst scenario's time is at least any one's), else their weighted sum by `w`."""
+    return min(d) if agg == "max" else float(np.array(d) @ w)
+
+
 def least_sync_s(inst, o, i: int, memo: dict) -> float:
-    """D of outer `o` on scenario i at the floors of g and d over Megatron's layer and every
-    layer plan of each stage's tp group: max over classes of max((sum_s d_s + L min_s g_s) / pp,
-    max_s (d_s + g_s)); kept in `memo` (an outer's two nodes read it). Each class's floors are
-    read by their keys first (_floors_key: its stage count and v from `o`), its Outer built
-    only where one is missing (class_outers was a fifth of these reads on 32 A100 + 32 H100
-    with partitions and the three options), and its term kept by its stage groups and their
-    floors (_class_sync)."""
-    key = ("outer sync", i, o)
-    got = memo.get(key)
-    if got is not None:
-        return got
-    L, net = inst.model.layers, NetEfficiency()
-    best, ring, cos = 0.0, ring_shape(o), None
-    for k, c in enumerate(o.classes):
-        per = {}
-        for g in sorted(set(c.stage_groups)):
-            fkey = _floors_key(inst, o, i, g, c.pp, o.virtual_stages, ring)
-            hit = memo.get(fkey)
-            if hit is None:
-                cos = cos or class_outers(inst.job, o)
-                hit = layer_sync_floors(inst, o, cos[k], i, g, memo, net, ring)
-            per[g] = hit
-        best = max(best, _class_sync(c.stage_groups, per, L, memo))
-    memo[key] = best
-    return best
+    """D of outer `o` on scenario i (_least_sync_up_to, read in full)."""
+    return _least_sync_up_to(inst, o, [i], "max", _NO_WEIGHTS, memo)
+
+
+_NO_WEIGHTS = np.zeros(0)  # a worst case's (_aggregate reads none)
+
+
+def _sync_key(o, i: int) -> tuple:
+    """least_sync_s' key of outer `o` on scenario i: what its floors' keys read of `o` (each
+    class's groups and replicas, the tp per group, cp, the micro-batch, the sequence-parallel
+    flag, the recompute mode, ZeRO and whether v is 1: _floors_key, ring_shape), and ep, etp
+    (an MoE outer is not read: applies). Outers that differ in v beyond that, or in their
+    family's label, share it: 32 A100 + 32 H100 with partitions and the three layout options
+    asked 14,051 outers' syncs, 6,384 keys."""
+    return ("outer sync", i, o.classes, o.tp, o.group_tp, o.cp, o.micro_batch, o.sequence_parallel, o.recompute,
+            o.zero, o.virtual_stages == 1, o.ep, o.etp)
+
+
+def _class_term(inst, o, k: int, i: int, memo: dict, ring: tuple | None, cos: list, net) -> float:
+    """least_sync_s' term of class k of `o` on scenario i (_class_sync of its groups' floors).
+    Each floor is read by its key first (_floors_key: its stage count and v from `o`), `cos` =
+    class_outers(o) filled only where one is missing (class_outers was a fifth of these reads on
+    32 A100 + 32 H100 with partitions and the three options)."""
+    c = o.classes[k]
+    per = {}
+    for g in sorted(set(c.stage_groups)):
+        hit = memo.get(_floors_key(inst, o, i, g, c.pp, o.virtual_stages, ring))
+        if hit is None:
+            if not cos:
+                cos += class_outers(inst.job, o)
+            hit = layer_sync_floors(inst, o, cos[k], i, g, memo, net, ring)
+        per[g] = hit
+    return _class_sync(c.stage_groups, per, inst.model.layers, memo)
 
 
 def _class_sync(groups: tuple, per: dict, L: int, memo: dict) -> float:
