@@ -261,10 +261,12 @@ class OptionBounds:
         fb, M, L, v = self.fb, self.M, self.L, self.vcol
         slots = np.asarray(slots, float)[..., None, None, None]
         deep = np.asarray(deep)[..., None, None, None]
-        x = np.asarray(alike, float)[..., None, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             ok = np.where(v > 1, deep & (M >= 2 * slots), M >= slots)
-            counts = np.where(x > 0, np.ceil(M / np.where(x > 0, x, 1.0)) * x, M)
+            counts = M
+            if alike.any() if isinstance(alike, np.ndarray) else alike:  # (most calls: 0)
+                x = np.asarray(alike, float)[..., None, None, None]
+                counts = np.where(x > 0, np.ceil(M / np.where(x > 0, x, 1.0)) * x, M)
             z = np.where(ok, L * (counts + b / v) / d, np.inf)
         sync = np.asarray(sync, float)
         z = np.where(np.isnan(z) | (z < 0), np.inf, z) + (sync[..., None, :, :] if sync.ndim >= 2 else sync)

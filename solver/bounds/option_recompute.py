@@ -126,6 +126,9 @@ def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, laye
     return float("inf")
 
 
+ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
+
+
 def least_recomputed_rows(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> np.ndarray:
     """least_recomputed of each row of (rows, stages) arrays, the greedy run on every row at
     once, stage by stage in each row's order of slopes, with each row's arithmetic in
@@ -135,7 +138,9 @@ def least_recomputed_rows(room: np.ndarray, held: np.ndarray, slope: np.ndarray,
     left = np.array([layers - row.sum() for row in free])  # each row's sum as least_recomputed's
     total = np.zeros(len(room))
     short = left > 0
-    if not short.any():
+    if short.sum() < ROWS_AT_ONCE:  # a few rows: each its own greedy (numpy's per-call cost)
+        for i in np.flatnonzero(short).tolist():
+            total[i] = least_recomputed(room[i], held[i], slope[i], layers)
         return total
     with np.errstate(divide="ignore", invalid="ignore"):
         per_full = held - held / slope
