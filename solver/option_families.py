@@ -251,17 +251,23 @@ class OptionBounds:
         return got
 
     # -- the bound ------------------------------------------------------------------------
-    def _z(self, d, b, slots, deep, sync=0.0, per_v: bool = False) -> np.ndarray:
+    def _z(self, d, b, slots, deep, sync=0.0, per_v: bool = False, alike=0) -> np.ndarray:
         """Per micro-batch size (leading axes kept): the module's Z plus `sync`, aggregated over
         scenarios, the least over the v of OptionBounds.vs (`per_v`: each v's, a last axis
         over them). d, b: (..., v, mbs, scenarios), each v's D and B (b inf: no layout read
-        runs that v); sync: (..., mbs, scenarios) or 0; slots, deep: (...) broadcastable."""
+        runs that v); sync: (..., mbs, scenarios) or 0; slots, deep: (...) broadcastable;
+        `alike` (...): the replicas X of a layout whose classes read alike (_alike), else 0,
+        its M then read as X ceil(M / X) (_alike's derivation)."""
         fb, M, L, v = self.fb, self.M, self.L, self.vcol
         slots = np.asarray(slots, float)[..., None, None, None]
         deep = np.asarray(deep)[..., None, None, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             ok = np.where(v > 1, deep & (M >= 2 * slots), M >= slots)
-            z = np.where(ok, L * (M + b / v) / d, np.inf)
+            counts = M
+            if alike.any() if isinstance(alike, np.ndarray) else alike:  # (most calls: 0)
+                x = np.asarray(alike, float)[..., None, None, None]
+                counts = np.where(x > 0, np.ceil(M / np.where(x > 0, x, 1.0)) * x, M)
+            z = np.where(ok, L * (counts + b / v) / d, np.inf)
         sync = np.asarray(sync, float)
         z = np.where(np.isnan(z) | (z < 0), np.inf, z) + (sync[..., None, :, :] if sync.ndim >= 2 else sync)
         per = z.max(axis=-1) if fb.agg == "max" else z @ np.asarray(fb.weights, float)  # (..., v, mbs)
@@ -328,7 +334,10 @@ class OptionBounds:
             return self._leaves(node, can_win), []
         out = []
         picked = [node.levels[k][i] for k, i in enumerate(node.picked)]
+        # each way per group at its own terms where its profile holds several (_own_bound)
+        own = node.read and math.prod(len(p.members) for p in picked) > 1
         for fields, shapes in (x for picks in itertools.product(*(p.members for p in picked))
+                               if not own or can_win(self._own_bound(node, picks))
                                for x in self._layouts_of(node, picks)):
             if self.set_up >= MAX_LAYOUTS:
                 raise too_many_layouts(self.inst, "the bound leaves")
@@ -695,15 +704,38 @@ class OptionBounds:
             return self.ways[key]
         return fits
 
-    def _bound(self, node: "_Node", d, d3, b, slots, deep, sync, per_v: bool = False) -> np.ndarray:
+    def _bound(self, node: "_Node", d, d3, b, slots, deep, sync, per_v: bool = False, alike=0) -> np.ndarray:
         """node.factor times the module's Z plus `sync` on the floors (D = d), or, for a root
         whose layouts may run ZeRO-3 without a pipeline, the lesser of that and Z on the floors
         ZeRO-3 raises (D = d3, no sync: option_sync.SyncFloor.zero3_layer_s) at ZeRO-3. Arrays
-        as _z's (`per_v`: each v's)."""
-        z = self._z(d, b, slots, deep, sync, per_v)
+        as _z's (`per_v`: each v's; `alike`: _alike's)."""
+        z = self._z(d, b, slots, deep, sync, per_v, alike)
         if node.f3 is not None:
-            z = np.minimum(z, self._z(d3, b, slots, deep, per_v=per_v))
+            z = np.minimum(z, self._z(d3, b, slots, deep, per_v=per_v, alike=alike))
         return node.factor * z
+
+    @staticmethod
+    def _alike(node: "_Node", slots, reps):
+        """Per layout of `node` completed with stage slots `slots` and replicas `reps` (arrays
+        or numbers): its replicas X where every class is one stage (slots == replicas) on the
+        one group of a replica family, else 0.
+
+        Such classes read the same terms (_class_terms of one group, tp, cp and pp = 1, at one
+        reading of ranks and v: on the floors ZeRO-3 raises too), so each has one rate R and
+        bubble b, and a layout of them D = X R, B = X b (a profile's most D and least B are
+        then its ways' own). Each class runs m_k >= 1 micro-batches, an integer, at v = 1 (v >
+        1 needs pp > 1), with m_k <= Z R / L - b (the module docstring's derivation), so m_k <=
+        floor(Z R / L - b); summed, X floor(Z R / L - b) >= sum_k x_k m_k = M, so floor(Z R /
+        L - b) >= ceil(M / X) and Z >= L (ceil(M / X) + b) / R = L (X ceil(M / X) + B) / D:
+        the bound with M read as X ceil(M / X) >= M (issue 33: GPT-3 175B / 1,024 A100 with
+        classes_per_group 2, twins of 1,024 replicas at tp 1 beside M = 1,536 were bounded at
+        1.5 micro-batches a replica, not 2, and 512 layouts set up; the search's own twin
+        rule, bounds/twins.py, settles them only once listed). The memory conditions (M >=
+        slots) still read M."""
+        if node.stage is not None or len(node.fam.used) != 1:
+            return 0
+        slots, reps = np.asarray(slots), np.asarray(reps)
+        return np.where(slots == reps, reps, 0)
 
     @staticmethod
     def _shallow(state, rest) -> float:
@@ -758,19 +790,21 @@ class OptionBounds:
         col = [np.array(x) for x in zip(*states)]  # per state field, over the profiles
         d, b, slots, _, deep, reps, sh, d3 = col
         sync = np.stack([self._sync(node.fam, node.zeros, int(r), float(x)) for r, x in zip(reps, sh)])
-        zz = self._bound(node, d, d3, b, slots, deep, sync)
+        zz = self._bound(node, d, d3, b, slots, deep, sync, alike=self._alike(node, slots, reps))
         classes = node.state[3]
         pipes = sum(node.levels[k][i].bubble for k, i in enumerate(node.picked))  # > 0: a class of pp > 1
         out = []
         for i, (q, lb, state) in enumerate(zip(qs, zz.tolist(), states)):
             if classes + q.classes < 2 or not can_win(lb) or node.pipelined and pipes + q.bubble == 0:
                 continue  # (a pipelined root's layout without a class of pp > 1 is the other root's)
-            lb = max(lb, self._at_ranks(node, i, state, sync[i], can_win))
+            read: list = []
+            lb = max(lb, self._at_ranks(node, i, state, sync[i], can_win, read))
             if can_win(lb):
-                out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb)))
+                out.append(self._keep(dataclasses.replace(node, state=state, picked=node.picked + (i,), bound=lb,
+                                                          read=tuple(read))))
         return out
 
-    def _at_ranks(self, node: "_Node", i: int, state: tuple, sync, can_win=None) -> float:
+    def _at_ranks(self, node: "_Node", i: int, state: tuple, sync, can_win=None, read: list | None = None) -> float:
         """The bound of `node` completed by the last group's profile i with every class read at
         the layout's own ZeRO ranks (its replicas times cp) instead of the most its family may
         have (_rates: a ring of fewer ranks shards the state less, so memory binds more); -inf
@@ -788,21 +822,51 @@ class OptionBounds:
         ranks = _ranks_read(fam.cp * state[5], fam.cp * sum(self.inst.cluster.groups[g].num_gpus // (fam.tp * fam.cp)
                                                             for g in fam.used))
         here, live = None, None
+        alike = self._alike(node, state[2], state[5])
         if can_win is not None:
-            here = self._bound(node, state[0], state[7], state[1], state[2], state[4], sync, per_v=True)
+            here = self._bound(node, state[0], state[7], state[1], state[2], state[4], sync, per_v=True, alike=alike)
             live = tuple(bool(can_win(x)) for x in here.tolist())
             live = None if all(live) else live
-        d, b = node.base
-        if node.stage is not None:  # the stage-wise class at those ranks too
-            d, b = self._stage_class(fam, node.stage[1], node.stage[3], node.stage[2], ranks,
-                                     live=None if live is None else list(live))
+        if read is not None:  # what _own_bound reads again of each of the layouts
+            read += [ranks, live, here, sync, alike]
+        d, b = self._stage_at(node, ranks, live)
         for j, (g, ways, levels) in enumerate(zip(node.order, node.ways, node.levels)):
             rate, bubble = self._rate_of(fam, g, ways, levels, node.zeros, ranks, picks[j], live)
             d, b = d + rate, b + bubble
         if here is None:
-            return float(self._bound(node, d, state[7], b, state[2], state[4], sync))
-        at = self._bound(node, d, state[7], b, state[2], state[4], sync, per_v=True)
+            return float(self._bound(node, d, state[7], b, state[2], state[4], sync, alike=alike))
+        at = self._bound(node, d, state[7], b, state[2], state[4], sync, per_v=True, alike=alike)
         return float(np.where(np.array(live or [True] * len(self.vs)), np.maximum(at, here), here).min())
+
+    def _stage_at(self, node: "_Node", ranks: int, live: tuple | None) -> tuple:
+        """(D, B) of node's fixed part (_Base) with its stage-wise class, if any, read at
+        `ranks` at the v `live` marks (_stage_class)."""
+        if node.stage is None:
+            return node.base
+        return self._stage_class(node.fam, node.stage[1], node.stage[3], node.stage[2], ranks,
+                                 live=None if live is None else list(live))
+
+    def _own_bound(self, node: "_Node", picks: tuple) -> float:
+        """The bound of the layouts of one way per group (`picks`, indices into node.ways) of a
+        leaf `node` (_leaves), each class at its own terms at the layout's ranks: the
+        leaf's _at_ranks with each group's way's own D and B in place of its profile's most D
+        and least B (_rates). A profile's ways share their stage slots, bubble, replicas,
+        classes and shallowest class, so their sync, ZeRO-3 floors and conditions, but not
+        their classes' rates (issue 33: on GPT-3 175B / 1,024 A100 with classes_per_group 2 a
+        profile holds (4, 1) + (6, 42) beside (4, 42) + (88, 1), the one's rate and the
+        other's bubble read together). At each v the way's reading is a bound of its layouts
+        as its profile's is (_at_ranks, on terms read at each v, _class_terms, with the memory
+        at the v `live` marks), so the larger of the two at each v, and the least over v, is
+        a bound of the layouts, at least the leaf's."""
+        ranks, live, here, sync, alike = node.read
+        state, fam = node.state, node.fam
+        d, b = self._stage_at(node, ranks, live)
+        for g, ways, i in zip(node.order, node.ways, picks):
+            for pp, r in ways[i][1]:
+                rate, bubble = self._class_terms(fam, g, pp, node.zeros, ranks, None, False, live)
+                d, b = d + r * rate, b + r * bubble
+        at = self._bound(node, d, state[7], b, state[2], state[4], sync, per_v=True, alike=alike)
+        return float(np.maximum(at, here).min())
 
     def _layouts_of(self, node: "_Node", picks: tuple):
         """(rank fields, shapes) of the layouts of one way per group (`picks`)."""
@@ -971,6 +1035,7 @@ class _Node:
     raised: bool = False  # its floors are those ZeRO-3 raises (_root)
     base: tuple = ()  # (D, B) of its fixed part (_Base)
     plain: bool = False  # a mixed root keyed on its stage-wise class's plain floors (OptionBounds._whole)
+    read: tuple = ()  # a leaf's (ranks, live v, bound per v, sync, alike) of _at_ranks (OptionBounds._own_bound)
 
     @property
     def depth(self) -> int:

@@ -126,6 +126,39 @@ def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, laye
     return float("inf")
 
 
+ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
+
+
+def least_recomputed_rows(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> np.ndarray:
+    """least_recomputed of each row of (rows, stages) arrays, the greedy run on every row at
+    once, stage by stage in each row's order of slopes, with each row's arithmetic in
+    least_recomputed's order, so the same floats (issue 33: 55,404 calls, a fifth of the
+    memory's reading on GPT-3 175B / 1,024 A100 with classes_per_group 2)."""
+    free = np.maximum(room, 0.0) / held
+    left = np.array([layers - row.sum() for row in free])  # each row's sum as least_recomputed's
+    total = np.zeros(len(room))
+    short = left > 0
+    if short.sum() < ROWS_AT_ONCE:  # a few rows: each its own greedy (numpy's per-call cost)
+        for i in np.flatnonzero(short).tolist():
+            total[i] = least_recomputed(room[i], held[i], slope[i], layers)
+        return total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_full = held - held / slope
+        full = np.where(per_full > 0, np.maximum(room, 0.0) / np.where(per_full > 0, per_full, 1.0), np.inf)
+    order = np.argsort(slope, axis=-1, kind="stable")
+    rows = np.arange(len(room))
+    active = short.copy()  # rows still short of the layers
+    for col in range(room.shape[-1]):
+        s = order[:, col]
+        take = np.minimum(left, np.maximum(full[rows, s] - free[rows, s], 0.0))
+        step = active & (take > 0)
+        with np.errstate(invalid="ignore"):
+            total = np.where(step, total + take * slope[rows, s], total)
+        left = np.where(step, left - take, left)
+        active &= ~(step & (left <= 0))
+    return np.where(active, np.inf, total)
+
+
 class RecomputeFloor:
     """f'_g(pp) of the module docstring, per micro-batch size and scenario (fb:
     stage_families.FamilyBounds: its floors, micro-batch sizes, scenarios and recompute modes)."""
@@ -353,11 +386,9 @@ class RecomputeFloor:
         if todo:
             # every row's free room at once; least_recomputed's greedy only where it is short
             # of the layers (the same arithmetic per row: issue 33, 86,180 rows on GPT-3 175B)
-            room, held = (np.stack([row[x] for row in todo.values()]) for x in range(2))
-            free = np.maximum(room, 0.0) / held
-            L = float(self.inst.model.layers)
-            for i, (k, row) in enumerate(todo.items()):
-                self.memo["least", k] = 0.0 if L - free[i].sum() <= 0 else least_recomputed(*row, L)
+            room, held, slope = (np.stack([row[x] for row in todo.values()]) for x in range(3))
+            for k, r in zip(todo, least_recomputed_rows(room, held, slope, float(self.inst.model.layers)).tolist()):
+                self.memo["least", k] = r
         return np.array([min((self.memo["least", k] for k, _ in per_mb), default=np.inf) for per_mb in keyed])
 
     def _plain(self, g: int, tp: int, cp: int, pp: int, zeros: tuple) -> bool:
@@ -629,10 +660,17 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     Arrays as slowest_stage_each_s's; (rows, k), inf where the stages cannot hold `layers`."""
     allowed = np.broadcast_to(allowed, (len(room), *allowed.shape[-2:]))
     cols = _chunk_cols(room, held, slope, layers, f, rho, allowed, head)
-    allowed = allowed[..., :cols]
-    t = _stage_times(room, held, slope, cols, f, rho, head)  # (rows, k, stages, cols)
+    # only the counts some stage may hold are read (issue 33: whole chunks of v, a v-th of
+    # the counts, took most of GPT-3 175B / 1,024 A100's memory reading with
+    # classes_per_group 2): every count left out is marked for no stage, so its times were
+    # inf and its layers none, and each marked count's previous marked one is among those kept
+    keep = np.flatnonzero(allowed[..., :cols].any(axis=(0, 1)))
+    if not len(keep):  # no stage holds a chunk among them (as with every count read: inf)
+        return np.full((len(room), max(f.shape[1], rho.shape[1])), np.inf)
+    allowed = allowed[..., keep]
+    n = keep + 1
+    t = _stage_times(room, held, slope, cols, f, rho, head, n.astype(float))  # (rows, k, stages, kept)
     t = np.where(allowed[:, None], t, np.inf)
-    n = np.arange(1, cols + 1)
     marked = np.where(allowed, n, 0)
     before = np.concatenate([np.zeros((*allowed.shape[:2], 1), n.dtype),
                              np.maximum.accumulate(marked, axis=-1)[..., :-1]], axis=-1)
@@ -664,8 +702,9 @@ def _chunk_cols(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: i
     if (at > layers).any():
         return layers
     top = int(at.max())
-    t = _stage_times(room, held, slope, top, f, rho, head)  # (rows, k, stages, top)
-    idx = np.broadcast_to((at - 1)[:, None, :, None], (*t.shape[:3], 1))
+    counts = np.unique(at)  # the times read: each stage's at its c_s alone
+    t = _stage_times(room, held, slope, top, f, rho, head, counts.astype(float))  # (rows, k, stages, counts)
+    idx = np.broadcast_to(np.searchsorted(counts, at)[:, None, :, None], (*t.shape[:3], 1))
     with np.errstate(invalid="ignore"):
         v = np.take_along_axis(t, idx, axis=-1)[..., 0].max(axis=-1)  # (rows, k)
         fmin = np.broadcast_to(f, (*f.shape[:2], stages)).min(axis=-1)
@@ -675,13 +714,14 @@ def _chunk_cols(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: i
 
 
 def _stage_times(room: np.ndarray, held: np.ndarray, slope: np.ndarray, cols: int, f: np.ndarray,
-                 rho: np.ndarray, head: np.ndarray | None = None) -> np.ndarray:
+                 rho: np.ndarray, head: np.ndarray | None = None, counts: np.ndarray | None = None) -> np.ndarray:
     """(rows, k, stages, cols): t_s(n) for n = 1..cols (slowest_stage_each_s), inf past where
-    every layer is recomputed; `head` each stage's term (None: 0)."""
+    every layer is recomputed; `head` each stage's term (None: 0); `counts`: those n alone
+    (floats, in place of 1..cols), each time the same float."""
     per_full = held - held / slope  # a layer's bytes with every layer recomputed
     with np.errstate(divide="ignore", invalid="ignore"):
         top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
-        n = np.arange(1, cols + 1, dtype=float)  # (cols,)
+        n = np.arange(1, cols + 1, dtype=float) if counts is None else counts  # (cols,)
         freed = (held / slope)[..., None]  # f_s (a - c): what recomputing one layer frees
         need = np.where(np.isfinite(slope)[..., None], np.maximum((n * held[..., None] - room[..., None]) / freed, 0.0),
                         np.where(n * held[..., None] <= room[..., None], 0.0, np.inf))
