@@ -116,23 +116,44 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
                           (layers + (count * a / t).sum(axis=1)) / (count / t).sum(axis=1))
         start = np.maximum(1.0, np.floor((z_lo[:, None] - a) / t) - 1)  # a level below z_lo at most
     W = min(most, WINDOW_LEVELS)
-    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
-    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
-    vals = np.where((k <= cap[:, :, None]) & live[:, :, None], vals, np.inf)
-    Z = vals.reshape(N, -1)  # (N, levels): the window's levels a split's slowest stage can take
     past = start + W
     z_top = np.where(live & (past <= cap), a + past * t, np.inf).min(axis=1)
     kinds = _sorted_kinds(a, t, count, cap, layers)
     G_inf = _least_sum(kinds, np.arange(N), kinds.cap[:, None, :])[:, 0]
     with np.errstate(invalid="ignore"):
         tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
-    # the levels least first, a few at a time, each read only while it can still lower the least
-    # F so far: F(Z) = (m - 1) Z + G(Z) >= (m - 1) Z + G(inf) (G falls with Z), so a level whose
-    # (m - 1) Z + G(inf) passes that least by LEVEL_SKIP_REL cannot (its G is the same sum of at
-    # most 2 K terms >= 0 as G(inf), with more on the dearer kinds: float rounding moves either
-    # by ~1e-15 relative) and is not read; the least of the rest, and so the result, is the same
-    # float (most levels of a window are past a cap, or far above the least: issue 33, 8 types)
-    Z = np.sort(Z, axis=1)
+    # the levels below _room_level have G = inf (the caps leave too little room) and are not
+    # read; a row whose least level at or above it has its bound (m - 1) Z + G(inf) past its
+    # cut reads none (the bound rises with Z): it keeps its tail, as when each level was skipped
+    # (with the caps of a sync level, fill_drain_sync_s, half the rows: issue 33, 8 x 8 row)
+    room = _room_level(a, t, count, cap, layers)
+    with np.errstate(invalid="ignore"):
+        opened = np.flatnonzero(~((m - 1) * room + G_inf > cut))
+    best = tail.copy()
+    if len(opened):
+        o = opened
+        best[o] = _read_window(a[o], t[o], cap[o], live[o], start[o], W, room[o],
+                               kinds.rows(o), G_inf[o], m[o], cut[o], tail[o])
+    return best
+
+
+def _read_window(a, t, cap, live, start, W: int, room, kinds, G_inf, m, cut, tail) -> np.ndarray:
+    """_block's least over the window's levels, W per kind from `start`, of rows whose tail
+    bound is `tail`: each level at or above the row's `room` (_room_level) and `cap` read
+    least first, a few at a time, and only while it can still lower the least F so far."""
+    N = len(t)
+    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
+    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
+    # (a level not read is inf here, so it sorts past every level that is, and the passes still
+    # stop at the first level that cannot lower the least)
+    vals = np.where((k <= cap[:, :, None]) & live[:, :, None] & (vals >= room[:, None, None]), vals, np.inf)
+    # F(Z) = (m - 1) Z + G(Z) >= (m - 1) Z + G(inf) (G falls with Z), so a level whose
+    # (m - 1) Z + G(inf) passes the least so far by LEVEL_SKIP_REL cannot lower it (its G is the
+    # same sum of at most 2 K terms >= 0 as G(inf), with more on the dearer kinds: float rounding
+    # moves either by ~1e-15 relative) and is not read; the least of the rest, and so the
+    # result, is the same float (most levels of a window are past a cap, or far above the
+    # least: issue 33, 8 types)
+    Z = np.sort(vals.reshape(N, -1), axis=1)  # (N, levels): the levels a split's slowest stage can take
     with np.errstate(invalid="ignore"):
         low = (m[:, None] - 1) * Z + G_inf[:, None]
     best = tail.copy()
@@ -150,6 +171,44 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
         F = (m[r] - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
         _lower(best, r, F)
     return best
+
+
+# relative margin (of the largest stage time in a row) by which _room_level is lowered: far
+# above the float rounding of the levels a + k t (~1e-16) and of its own sums (~1e-14)
+ROOM_MARGIN_REL = 1e-9
+
+
+def _room_level(a, t, count, cap, layers: int) -> np.ndarray:
+    """(N,): per row of _block's, a level below which no split fits, so G = inf there (_held,
+    _least_sum). Every present kind's stages hold a layer only from Z1 = max_j (a_j + t_j) on
+    (the same float as the level of one layer: exact). Above it, kind j's c_j stages hold at
+    most h_j(Z) = min(cap_j, (Z - a_j) / t_j) layers each (the integer count _held reads is at
+    most that, as a + k t <= Z in floats gives k <= (Z - a) / t but for a rounding of ~1e-16 of
+    the stage times), so sum_j c_j h_j(Z) >= L, real, piecewise linear and non-decreasing in Z
+    with breaks where a kind fills its cap, a_j + cap_j t_j: the least such Z is interpolated
+    between the last break (or Z1) below L and the first at or above it, and lowered by
+    ROOM_MARGIN_REL of the row's largest stage time. With the caps a sync level sets
+    (fill_drain_sync_s) most of a window's levels lie below it: on the 8 x 8 row (issue 33)
+    2.0 of the 2.2 million levels _block read there had G = inf."""
+    live = count > 0
+    one = np.where(live, a + t, -np.inf).max(axis=1)  # Z1
+    brk = np.concatenate([one[:, None], np.maximum(a + cap * t, one[:, None])], axis=1)  # (N, K + 1)
+    held = brk[:, :, None] - a[:, None, :]  # (N, K + 1, K), in place below (1 / t rounds far inside the margin)
+    held *= (1.0 / t)[:, None, :]
+    np.minimum(held, cap[:, None, :], out=held)
+    f = np.matmul(held, count[:, :, None])[:, :, 0]  # (N, K + 1): sum_j c_j h_j at each break
+    # a break whose sum rounds to just below L counts as holding them: the least Z is then read
+    # no later than that break (a sum off by its rounding, ~1e-14, would put it past)
+    enough = f >= layers * (1 - ROOM_MARGIN_REL)
+    q = np.where(enough, brk, np.inf).min(axis=1)
+    p = np.where(enough, -np.inf, brk).max(axis=1)
+    fq = np.where(enough, f, np.inf).min(axis=1)
+    fp = np.where(enough, -np.inf, f).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = p + (q - p) * np.clip((layers - fp) / (fq - fp), 0.0, 1.0)
+    z = np.where(np.isfinite(z), z, np.where(np.isfinite(p), p, -np.inf))  # (Z1 holds them: -inf)
+    scale = np.where(live, np.abs(a) + cap * t, 0.0).max(axis=1)
+    return np.maximum(one, z - ROOM_MARGIN_REL * (scale + np.abs(z)))
 
 
 def _lower(best: np.ndarray, r: np.ndarray, F: np.ndarray) -> None:
@@ -203,6 +262,10 @@ class _Kinds:
     count: np.ndarray
     base: np.ndarray
     extra: np.ndarray
+
+    def rows(self, r: np.ndarray) -> _Kinds:
+        """The kinds of rows r."""
+        return _Kinds(self.a[r], self.t[r], self.cap[r], self.count[r], self.base[r], self.extra[r])
 
 
 def _sorted_kinds(a, t, count, cap, layers: int) -> _Kinds:
