@@ -565,16 +565,30 @@ def _as_kinds(a: np.ndarray, t: np.ndarray, caps: np.ndarray, d: np.ndarray,
     most kinds of any row: (a, t, count, caps, d, g), (N, K) each. fill_drain_s then reads K
     kinds, not pp stages. Exact (identical stages share one list of levels), and what keeps a
     long pipeline's bound in memory: its work is K^2 x WINDOW_LEVELS floats a row, so 1,024
-    distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds."""
+    distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds. A row's kinds
+    come in np.unique's order (sorted by a, then t, cap, d, g), every row's found in one
+    lexsort (np.unique a row at a time was 0.5 s of the 8 x 8 row's 41 calls, 1,847 rows;
+    issue 33)."""
     N, pp = t.shape
-    kinds = [np.unique(np.stack([a[i], t[i], caps[i], d[i], g[i]], axis=1), axis=0, return_counts=True)
-             for i in range(N)]
-    K = max(len(c) for _, c in kinds)
+    row = np.repeat(np.arange(N), pp)
+    cols = [x.ravel() for x in (a, t, caps, d, g)]
+    order = np.lexsort((*cols[::-1], row))
+    row, cols = row[order], [x[order] for x in cols]
+    new = np.ones(N * pp, bool)  # a stage that starts a kind: its row's first, or unlike the one before
+    new[1:] = row[1:] != row[:-1]
+    for x in cols:
+        new[1:] |= x[1:] != x[:-1]
+    starts = np.flatnonzero(new)
+    kind = np.cumsum(new) - 1  # each stage's kind, numbered across rows
+    first_kind = kind[np.flatnonzero(np.concatenate(([True], row[1:] != row[:-1])))]  # (N,): each row's first
+    k_of = kind[starts] - first_kind[row[starts]]  # each kind's place in its row
+    count = np.bincount(kind, minlength=len(starts)).astype(float)
+    K = int(k_of.max()) + 1 if len(k_of) else 0
     out = [np.zeros((N, K)), np.ones((N, K)), np.zeros((N, K)), np.zeros((N, K)), np.zeros((N, K)), np.zeros((N, K))]
-    for i, (rows, c) in enumerate(kinds):
-        k = len(c)
-        for x, col in zip(out, (rows[:, 0], rows[:, 1], c, rows[:, 2], rows[:, 3], rows[:, 4])):
-            x[i, :k] = col
+    at = (row[starts], k_of)
+    for x, col in zip(out, (cols[0][starts], cols[1][starts], count, cols[2][starts], cols[3][starts],
+                            cols[4][starts])):
+        x[at] = col
     return tuple(out)
 
 
