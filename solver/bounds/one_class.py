@@ -235,8 +235,11 @@ def _own_pieces(c: dict, L: int, v: int, allow_full_recompute: bool, live=None):
     room = c["capacity_bytes"] - c["stage_mem_bytes"]
     # the cap by cost.schedule.fits's own comparison (a float floor can come out one layer low
     # exactly at the edge); without full recompute a layer keeps its activations (ckpt = act)
-    ncap = coefficients.max_layers_per_stage(state, act, ckpt if allow_full_recompute else act,
-                                             c["capacity_bytes"], c["stage_mem_bytes"], v, L).astype(float)
+    memory = (state, act, ckpt if allow_full_recompute else act, c["capacity_bytes"], c["stage_mem_bytes"])
+    if live is not None:  # padded rows: read as one row (the cap is read stage by stage), so
+        # that max_layers_per_stage keeps one entry, not each padded row (a loop over the rows)
+        memory = tuple(np.ravel(x) for x in memory)
+    ncap = coefficients.max_layers_per_stage(*memory, v, L).astype(float).reshape(state.shape)
     if live is None:
         fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
     else:  # (whole layer counts: their sum is the same float padded with zeros)
