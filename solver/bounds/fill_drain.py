@@ -116,23 +116,44 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
                           (layers + (count * a / t).sum(axis=1)) / (count / t).sum(axis=1))
         start = np.maximum(1.0, np.floor((z_lo[:, None] - a) / t) - 1)  # a level below z_lo at most
     W = min(most, WINDOW_LEVELS)
-    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
-    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
-    vals = np.where((k <= cap[:, :, None]) & live[:, :, None], vals, np.inf)
-    Z = vals.reshape(N, -1)  # (N, levels): the window's levels a split's slowest stage can take
     past = start + W
     z_top = np.where(live & (past <= cap), a + past * t, np.inf).min(axis=1)
     kinds = _sorted_kinds(a, t, count, cap, layers)
     G_inf = _least_sum(kinds, np.arange(N), kinds.cap[:, None, :])[:, 0]
     with np.errstate(invalid="ignore"):
         tail = np.where(np.isfinite(z_top), (m - 1) * z_top + G_inf, np.inf)
-    # the levels least first, a few at a time, each read only while it can still lower the least
-    # F so far: F(Z) = (m - 1) Z + G(Z) >= (m - 1) Z + G(inf) (G falls with Z), so a level whose
-    # (m - 1) Z + G(inf) passes that least by LEVEL_SKIP_REL cannot (its G is the same sum of at
-    # most 2 K terms >= 0 as G(inf), with more on the dearer kinds: float rounding moves either
-    # by ~1e-15 relative) and is not read; the least of the rest, and so the result, is the same
-    # float (most levels of a window are past a cap, or far above the least: issue 33, 8 types)
-    Z = np.sort(Z, axis=1)
+    # the levels below _room_level have G = inf (the caps leave too little room) and are not
+    # read; a row whose least level at or above it has its bound (m - 1) Z + G(inf) past its
+    # cut reads none (the bound rises with Z): it keeps its tail, as when each level was skipped
+    # (with the caps of a sync level, fill_drain_sync_s, half the rows: issue 33, 8 x 8 row)
+    room = _room_level(a, t, count, cap, layers)
+    with np.errstate(invalid="ignore"):
+        opened = np.flatnonzero(~((m - 1) * room + G_inf > cut))
+    best = tail.copy()
+    if len(opened):
+        o = opened
+        best[o] = _read_window(a[o], t[o], cap[o], live[o], start[o], W, room[o],
+                               kinds.rows(o), G_inf[o], m[o], cut[o], tail[o])
+    return best
+
+
+def _read_window(a, t, cap, live, start, W: int, room, kinds, G_inf, m, cut, tail) -> np.ndarray:
+    """_block's least over the window's levels, W per kind from `start`, of rows whose tail
+    bound is `tail`: each level at or above the row's `room` (_room_level) and `cap` read
+    least first, a few at a time, and only while it can still lower the least F so far."""
+    N = len(t)
+    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
+    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
+    # (a level not read is inf here, so it sorts past every level that is, and the passes still
+    # stop at the first level that cannot lower the least)
+    vals = np.where((k <= cap[:, :, None]) & live[:, :, None] & (vals >= room[:, None, None]), vals, np.inf)
+    # F(Z) = (m - 1) Z + G(Z) >= (m - 1) Z + G(inf) (G falls with Z), so a level whose
+    # (m - 1) Z + G(inf) passes the least so far by LEVEL_SKIP_REL cannot lower it (its G is the
+    # same sum of at most 2 K terms >= 0 as G(inf), with more on the dearer kinds: float rounding
+    # moves either by ~1e-15 relative) and is not read; the least of the rest, and so the
+    # result, is the same float (most levels of a window are past a cap, or far above the
+    # least: issue 33, 8 types)
+    Z = np.sort(vals.reshape(N, -1), axis=1)  # (N, levels): the levels a split's slowest stage can take
     with np.errstate(invalid="ignore"):
         low = (m[:, None] - 1) * Z + G_inf[:, None]
     best = tail.copy()
@@ -146,10 +167,48 @@ def _block(a, t, count, cap, layers: int, m, most: int, cut: np.ndarray) -> np.n
         if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
             break
         z = Z[r, c0 + c]
-        held = _held(kinds.a[r], kinds.t[r], kinds.cap[r], z)  # per kind, so in the sorted order too
-        F = (m[r] - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
+        held = _held(*(x.take(r, axis=0) for x in (kinds.a, kinds.t, kinds.cap)), z)  # per kind, so in the sorted order too
+        F = (m.take(r) - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
         _lower(best, r, F)
     return best
+
+
+# relative margin (of the largest stage time in a row) by which _room_level is lowered: far
+# above the float rounding of the levels a + k t (~1e-16) and of its own sums (~1e-14)
+ROOM_MARGIN_REL = 1e-9
+
+
+def _room_level(a, t, count, cap, layers: int) -> np.ndarray:
+    """(N,): per row of _block's, a level below which no split fits, so G = inf there (_held,
+    _least_sum). Every present kind's stages hold a layer only from Z1 = max_j (a_j + t_j) on
+    (the same float as the level of one layer: exact). Above it, kind j's c_j stages hold at
+    most h_j(Z) = min(cap_j, (Z - a_j) / t_j) layers each (the integer count _held reads is at
+    most that, as a + k t <= Z in floats gives k <= (Z - a) / t but for a rounding of ~1e-16 of
+    the stage times), so sum_j c_j h_j(Z) >= L, real, piecewise linear and non-decreasing in Z
+    with breaks where a kind fills its cap, a_j + cap_j t_j: the least such Z is interpolated
+    between the last break (or Z1) below L and the first at or above it, and lowered by
+    ROOM_MARGIN_REL of the row's largest stage time. With the caps a sync level sets
+    (fill_drain_sync_s) most of a window's levels lie below it: on the 8 x 8 row (issue 33)
+    2.0 of the 2.2 million levels _block read there had G = inf."""
+    live = count > 0
+    one = np.where(live, a + t, -np.inf).max(axis=1)  # Z1
+    brk = np.concatenate([one[:, None], np.maximum(a + cap * t, one[:, None])], axis=1)  # (N, K + 1)
+    held = brk[:, :, None] - a[:, None, :]  # (N, K + 1, K), in place below (1 / t rounds far inside the margin)
+    held *= (1.0 / t)[:, None, :]
+    np.minimum(held, cap[:, None, :], out=held)
+    f = np.matmul(held, count[:, :, None])[:, :, 0]  # (N, K + 1): sum_j c_j h_j at each break
+    # a break whose sum rounds to just below L counts as holding them: the least Z is then read
+    # no later than that break (a sum off by its rounding, ~1e-14, would put it past)
+    enough = f >= layers * (1 - ROOM_MARGIN_REL)
+    q = np.where(enough, brk, np.inf).min(axis=1)
+    p = np.where(enough, -np.inf, brk).max(axis=1)
+    fq = np.where(enough, f, np.inf).min(axis=1)
+    fp = np.where(enough, -np.inf, f).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = p + (q - p) * np.clip((layers - fp) / (fq - fp), 0.0, 1.0)
+    z = np.where(np.isfinite(z), z, np.where(np.isfinite(p), p, -np.inf))  # (Z1 holds them: -inf)
+    scale = np.where(live, np.abs(a) + cap * t, 0.0).max(axis=1)
+    return np.maximum(one, z - ROOM_MARGIN_REL * (scale + np.abs(z)))
 
 
 def _lower(best: np.ndarray, r: np.ndarray, F: np.ndarray) -> None:
@@ -204,6 +263,10 @@ class _Kinds:
     base: np.ndarray
     extra: np.ndarray
 
+    def rows(self, r: np.ndarray) -> _Kinds:
+        """The kinds of rows r."""
+        return _Kinds(*(x.take(r, axis=0) for x in (self.a, self.t, self.cap, self.count, self.base, self.extra)))
+
 
 def _sorted_kinds(a, t, count, cap, layers: int) -> _Kinds:
     order = np.argsort(t, axis=1, kind="stable")  # cheapest kind first
@@ -216,14 +279,14 @@ def _least_sum(kinds: _Kinds, r: np.ndarray, held: np.ndarray) -> np.ndarray:
     """(P, levels): G, the least sum_s T_s of row r[p] of `kinds` with each stage of kind j
     holding 1 to held[p, .., j] layers (held: (P, levels, K), the kinds in kinds' order): the
     layers past each stage's first go to the cheapest kinds first; inf where they do not fit."""
-    cnt = kinds.count[r][:, None, :]
+    cnt = kinds.count.take(r, axis=0)[:, None, :]  # (ndarray.take: faster than kinds.count[r] here)
     room = cnt * (held - 1)  # beyond each stage's first layer
-    ts = kinds.t[r][:, None, :]
-    extra = kinds.extra[r][:, None, None]
+    ts = kinds.t.take(r, axis=0)[:, None, :]
+    extra = kinds.extra.take(r)[:, None, None]
     before = np.cumsum(room, axis=2) - room
     take = np.clip(extra - before, 0, np.maximum(room, 0))
     feasible = ((room >= 0) | (cnt == 0)).all(axis=2) & (room.sum(axis=2) >= extra[..., 0])
-    G = kinds.base[r][:, None] + (take * ts).sum(axis=2)
+    G = kinds.base.take(r)[:, None] + (take * ts).sum(axis=2)
     return np.where(feasible, G, np.inf)
 
 
@@ -327,7 +390,7 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
             held = np.where(g[r] > 0, np.floor((w[:, None] * (1 + SYNC_ROOM) - d[r]) / g[r] + SYNC_ROOM),
                             np.where(d[r] <= w[:, None] * (1 + SYNC_ROOM), most, 0.0))
         held = np.nan_to_num(np.clip(held, 0.0, cap[r]), nan=0.0, posinf=0.0)
-        F = w + fill_drain_s(a[r], t[r], count[r], layers, m[r], held, cutoff) / v[r]
+        F = w + fill_drain_s(*(x.take(r, axis=0) for x in (a, t, count)), layers, m.take(r), held, cutoff) / v.take(r)
         _lower(best, r, F)
     out[rows] = best
     return out
@@ -371,11 +434,39 @@ def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.nd
         tmax = np.where(c > 0, c / rate, -np.inf).max(axis=1, keepdims=True)  # t_j where r_j = c_j / t_j
     z0 = np.maximum(tmax, zj[:, -1:])
     Z = np.concatenate([z0, np.maximum(np.nan_to_num(zj, nan=np.inf), z0)], axis=1)  # (rows, levels)
+    with np.errstate(invalid="ignore"):  # (an absent kind's 0 x inf)
+        base = np.where(c > 0, c * t, 0.0).sum(axis=1)
+    if Z.size < RELAXED_PAIRS_AT_ONCE:
+        with np.errstate(invalid="ignore"):
+            F = (m[:, None] - 1) * Z + (base[:, None] + _taken_s(c, rate, t, Z, extra))
+        out[r] = np.where(np.isfinite(F), F, np.inf).min(axis=1)
+        return out
+    pr, pl = _distinct_levels(Z)
+    z = Z[pr, pl]
+
+    def at(x):  # x's rows of the pairs (ndarray.take: a third of the time of x[pr] here)
+        return x.take(pr, axis=0)
     with np.errstate(invalid="ignore"):
-        G = np.where(c > 0, c * t, 0.0).sum(axis=1)[:, None] + _taken_s(c, rate, t, Z, extra)
-        F = (m[:, None] - 1) * Z + G
-    out[r] = np.where(np.isfinite(F), F, np.inf).min(axis=1)
+        F = (at(m) - 1) * z + (at(base) + _taken_s(at(c), at(rate), at(t), z[:, None], at(extra))[:, 0])
+    F = np.where(np.isfinite(F), F, np.inf)
+    out[r] = np.minimum.reduceat(F, np.flatnonzero(pl == 0))
     return out
+
+
+def _distinct_levels(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, levels) of fill_drain_relaxed_s' levels Z (rows, levels) to read: each row's first,
+    Z0, and those that differ from it, rows in increasing order. A level max(Z_j, Z0) equal to
+    Z0 is the same float and gives the same F (on the 8 x 8 row, issue 33, 1.6 of the 3.6
+    million levels were Z0 again)."""
+    keep = np.ones(Z.shape, bool)
+    keep[:, 1:] = Z[:, 1:] != Z[:, :1]
+    return np.nonzero(keep)
+
+
+# fill_drain_relaxed_s reads every level of its rows at once below this many (row, level) pairs,
+# and past it only the levels that differ from each row's first (the gathers cost more than
+# they save on a few rows)
+RELAXED_PAIRS_AT_ONCE = 2048
 
 
 def _taken_s(c, rate, t, Z, extra) -> np.ndarray:
@@ -386,17 +477,40 @@ def _taken_s(c, rate, t, Z, extra) -> np.ndarray:
     two such arrays, not six (the 8 x 8 row's largest call reads 74,668 rows of 8 kinds at
     9 levels; issue 33), the same floats."""
     absent = ~(c > 0)[:, None, :]
+    some_absent = absent.any()  # (else the masks below change nothing)
     with np.errstate(invalid="ignore"):
         room = rate[:, None, :] * Z[:, :, None]
         room -= c[:, None, :]
-        np.copyto(room, 0.0, where=absent)
-        take = np.cumsum(room, axis=2)
+        if some_absent:
+            np.copyto(room, 0.0, where=absent)
+        take = _cumsum_kinds(room)
         take -= room  # the room of the cheaper kinds
         np.subtract(extra[:, :, None], take, out=take)
         np.clip(take, 0, room, out=take)
         take *= t[:, None, :]
-        np.copyto(take, 0.0, where=absent)  # an absent kind's 0 x inf
+        if some_absent:
+            np.copyto(take, 0.0, where=absent)  # an absent kind's 0 x inf
     return take.sum(axis=2)
+
+
+# rows of kinds past which _cumsum_kinds adds kind by kind (measured: 120 rows of 5 kinds cost
+# about the same either way)
+CUMSUM_LOOP_ROWS = 256
+
+
+def _cumsum_kinds(x: np.ndarray) -> np.ndarray:
+    """np.cumsum(x, axis=-1) for a few kinds on the last axis: the same additions in the same
+    order (a running sum: out_k = out_(k-1) + x_k), one vectorised add per kind. numpy's cumsum
+    walks each row's few kinds in a loop of its own: on the 8 x 8 row's relaxed pipelines
+    (issue 33, 480,000 rows of 2-8 kinds at 3-9 levels) that was 40% of _taken_s. A small x
+    (below CUMSUM_LOOP_ROWS rows of kinds) costs less in numpy's own loop."""
+    if x.size < CUMSUM_LOOP_ROWS * x.shape[-1]:
+        return np.cumsum(x, axis=-1)
+    out = np.empty_like(x)
+    out[..., 0] = x[..., 0]
+    for k in range(1, x.shape[-1]):
+        np.add(out[..., k - 1], x[..., k], out=out[..., k])
+    return out
 
 
 # relative margin by which priced_bounds_s is lowered: its levels and sums are other float
@@ -482,16 +596,30 @@ def _as_kinds(a: np.ndarray, t: np.ndarray, caps: np.ndarray, d: np.ndarray,
     most kinds of any row: (a, t, count, caps, d, g), (N, K) each. fill_drain_s then reads K
     kinds, not pp stages. Exact (identical stages share one list of levels), and what keeps a
     long pipeline's bound in memory: its work is K^2 x WINDOW_LEVELS floats a row, so 1,024
-    distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds."""
+    distinct stages took 1.2 GB where a million layers' pipeline has 3 kinds. A row's kinds
+    come in np.unique's order (sorted by a, then t, cap, d, g), every row's found in one
+    lexsort (np.unique a row at a time was 0.5 s of the 8 x 8 row's 41 calls, 1,847 rows;
+    issue 33)."""
     N, pp = t.shape
-    kinds = [np.unique(np.stack([a[i], t[i], caps[i], d[i], g[i]], axis=1), axis=0, return_counts=True)
-             for i in range(N)]
-    K = max(len(c) for _, c in kinds)
+    row = np.repeat(np.arange(N), pp)
+    cols = [x.ravel() for x in (a, t, caps, d, g)]
+    order = np.lexsort((*cols[::-1], row))
+    row, cols = row[order], [x[order] for x in cols]
+    new = np.ones(N * pp, bool)  # a stage that starts a kind: its row's first, or unlike the one before
+    new[1:] = row[1:] != row[:-1]
+    for x in cols:
+        new[1:] |= x[1:] != x[:-1]
+    starts = np.flatnonzero(new)
+    kind = np.cumsum(new) - 1  # each stage's kind, numbered across rows
+    first_kind = kind[np.flatnonzero(np.concatenate(([True], row[1:] != row[:-1])))]  # (N,): each row's first
+    k_of = kind[starts] - first_kind[row[starts]]  # each kind's place in its row
+    count = np.bincount(kind, minlength=len(starts)).astype(float)
+    K = int(k_of.max()) + 1 if len(k_of) else 0
     out = [np.zeros((N, K)), np.ones((N, K)), np.zeros((N, K)), np.zeros((N, K)), np.zeros((N, K)), np.zeros((N, K))]
-    for i, (rows, c) in enumerate(kinds):
-        k = len(c)
-        for x, col in zip(out, (rows[:, 0], rows[:, 1], c, rows[:, 2], rows[:, 3], rows[:, 4])):
-            x[i, :k] = col
+    at = (row[starts], k_of)
+    for x, col in zip(out, (cols[0][starts], cols[1][starts], count, cols[2][starts], cols[3][starts],
+                            cols[4][starts])):
+        x[at] = col
     return tuple(out)
 
 

@@ -226,16 +226,24 @@ def stage_levels(c: dict, L: int, v: int, allow_full_recompute: bool) -> np.ndar
     return vals
 
 
-def _own_pieces(c: dict, L: int, v: int, allow_full_recompute: bool):
-    """_stage_pieces with each stage's own cap ncap_s, also in rows where no split fits."""
+def _own_pieces(c: dict, L: int, v: int, allow_full_recompute: bool, live=None):
+    """_stage_pieces with each stage's own cap ncap_s, also in rows where no split fits. `live`
+    (rows, stages): the stages each row has, where rows of fewer are padded (the fit reads
+    those alone; tight_class_terms_of_blocks)."""
     a, t, u = c["stage_time_s"], c["layer_time_s"], c["recompute_time_s"]
     state, act, ckpt = c["layer_state_bytes"], c["layer_act_bytes"], c["layer_ckpt_bytes"]
     room = c["capacity_bytes"] - c["stage_mem_bytes"]
     # the cap by cost.schedule.fits's own comparison (a float floor can come out one layer low
     # exactly at the edge); without full recompute a layer keeps its activations (ckpt = act)
-    ncap = coefficients.max_layers_per_stage(state, act, ckpt if allow_full_recompute else act,
-                                             c["capacity_bytes"], c["stage_mem_bytes"], v, L).astype(float)
-    fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
+    memory = (state, act, ckpt if allow_full_recompute else act, c["capacity_bytes"], c["stage_mem_bytes"])
+    if live is not None:  # padded rows: read as one row (the cap is read stage by stage), so
+        # that max_layers_per_stage keeps one entry, not each padded row (a loop over the rows)
+        memory = tuple(np.ravel(x) for x in memory)
+    ncap = coefficients.max_layers_per_stage(*memory, v, L).astype(float).reshape(state.shape)
+    if live is None:
+        fits = ~((ncap < v).any(1) | (ncap.sum(1) < L))
+    else:  # (whole layer counts: their sum is the same float padded with zeros)
+        fits = ~(((ncap < v) & live).any(1) | (np.where(live, ncap, 0.0).sum(1) < L))
     with np.errstate(divide="ignore", invalid="ignore"):
         w, h = state + act, act - ckpt
         forced = allow_full_recompute & (u >= 0) & (h > 0)
@@ -252,16 +260,71 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     stage times and slowest sync over every split that fits memory (tau*, sigma*, delta* of the
     module docstring: memory caps, forced recompute), and whether one fits. `c`: the
     StageCoefficients arrays by name (TIGHT_ARRAYS), shape (rows, pp)."""
-    safe, fits, (a, slope1, knee, slope2) = _stage_pieces(c, L, v, allow_full_recompute)
-    # tau* and delta* in one bisection (rows stacked: each row's steps are its own)
+    return tight_class_terms_of_blocks([c], L, v, allow_full_recompute)[0]
+
+
+def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_recompute: bool) -> list[tuple]:
+    """tight_class_terms of each of `blocks` (its arrays, (rows, pp) with a pp of its own; one
+    L and v), the same floats block by block: the bound before pricing that reads memory
+    (unpriced_memory.py) reads a few rows of each of a few pipeline depths per call, and
+    numpy's work per call was most of their cost (8 x 8 row, issue 33: 3,162 calls of a median
+    of 2 rows). Each stage's cap and pieces (_own_pieces, elementwise) are read in one pass
+    over the blocks' stages padded to the most of any block (a padded stage has no time, no
+    memory and no cap, and the fit reads a row's own stages only); the listed levels and the
+    sums per block on its own stages (a padded listing would list the shallow pipelines' levels
+    as often as the deepest's, and a sum's rounding reads its terms' count)."""
+    rows = [len(c["stage_time_s"]) for c in blocks]
+    ends = np.cumsum(rows)
+    if len(blocks) == 1:
+        c, live = blocks[0], None
+    else:
+        P = max(c["stage_time_s"].shape[1] for c in blocks)
+        c = _padded(blocks, P)
+        live = np.arange(P)[None, :] < np.repeat([x["stage_time_s"].shape[1] for x in blocks], rows)[:, None]
+    ncap, fits, pieces = _own_pieces(c, L, v, allow_full_recompute, live)
+    safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
     d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
-    tau, delta = np.split(_min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack([a, d]),
-                                          np.vstack([slope1, g]), np.vstack([knee, np.full_like(g, np.inf)]),
-                                          np.vstack([slope2, g])), 2)
-    pp = a.shape[1]
-    f_v = _piecewise(float(v), a, slope1, knee, slope2)
+    f_v = _piecewise(float(v), *pieces)
+    a, slope1, knee, slope2 = pieces
     seg1 = np.clip(np.minimum(knee, safe) - v, 0, None)
     seg2 = np.clip(safe - np.maximum(knee, v), 0, None)
+    inf = np.where(fits, 0.0, np.inf)
+    out = []
+    for block, end, n in zip(blocks, ends, rows):
+        r = slice(end - n, end)
+        pp = block["stage_time_s"].shape[1]
+        safe_, a_, d_, s1, g_, kn, s2, fv, sg1, sg2 = (
+            (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2) if live is None else
+            (x[r, :pp] for x in (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2)))
+        # tau* and delta* in one listing (rows stacked: each row's values are its own)
+        tau, delta = np.split(_min_bottleneck(L, v, np.vstack([safe_, safe_]), np.vstack([a_, d_]),
+                                              np.vstack([s1, g_]), np.vstack([kn, np.full_like(g_, np.inf)]),
+                                              np.vstack([s2, g_])), 2)
+        sigma = _least_stage_sum(L, v, fv, s1, s2, sg1, sg2)
+        out.append((tau + inf[r], sigma + inf[r], delta + inf[r], fits[r]))
+    return out
+
+
+def _padded(blocks: list[dict], P: int) -> dict:
+    """TIGHT_ARRAYS of `blocks` stacked into one (rows, P) array each, a block's stages first
+    and zeros past them (tight_class_terms_of_blocks' padded stages)."""
+    R = sum(len(c["stage_time_s"]) for c in blocks)
+    out = {}
+    for f in TIGHT_ARRAYS:
+        x = out[f] = np.zeros((R, P))
+        r = 0
+        for c in blocks:
+            n, pp = c[f].shape
+            x[r:r + n, :pp] = c[f]
+            r += n
+    return out
+
+
+def _least_stage_sum(L: int, v: int, f_v, slope1, slope2, seg1, seg2) -> np.ndarray:
+    """sigma* of the module docstring (unlowered by fits), per row of (rows, pp) pieces: each
+    stage's time at v layers, then the L - pp v layers past them on the cheapest slopes first
+    (segment 1 up to the knee, segment 2 past it), lowered by FLOAT_SAFETY."""
+    pp = f_v.shape[1]
     slopes = np.concatenate([slope1, slope2], 1)
     lengths = np.concatenate([seg1, seg2], 1)
     order = np.argsort(slopes, axis=1, kind="stable")
@@ -269,9 +332,7 @@ def tight_class_terms(c: dict, L: int, v: int, allow_full_recompute: bool):
     slopes, lengths = slopes[rows, order], lengths[rows, order]
     before = np.cumsum(lengths, 1) - lengths
     take = np.clip(float(L - pp * v) - before, 0, lengths)
-    sigma = (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
-    inf = np.where(fits, 0.0, np.inf)
-    return tau + inf, sigma + inf, delta + inf, fits
+    return (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
 
 
 def sync_within(c: dict, L: int, v: int, allow_full_recompute: bool, theta: np.ndarray) -> np.ndarray:

@@ -91,7 +91,7 @@ from paraplan.cost.stage_memory import stage_memory
 from paraplan.cost.trust import objective_factors
 from paraplan.solver.bounds.batched import relaxed_s
 from paraplan.solver.bounds.fill_drain import PRICED_SAFETY, pipeline_sync_bounds_s
-from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxed_terms, tight_class_terms
+from paraplan.solver.bounds.one_class import TIGHT_ARRAYS, slot_relaxed_terms, tight_class_terms_of_blocks
 from paraplan.solver.bounds.unpriced import floor_layer_terms, placed_floor_terms, stage_floor_terms
 
 
@@ -154,16 +154,25 @@ def _block_terms(inst, rows: dict, shape: tuple) -> tuple:
     A = np.zeros(shape)
     S, D = np.zeros_like(A), np.zeros_like(A)
     lone_rows = []
+    stacked = {key: {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
+               for key, items in rows.items()}
+    by_chunks: dict[tuple[int, int], list] = defaultdict(list)  # (v, layers) -> its blocks, read at once
+    for key in rows:
+        by_chunks[key[1:]].append(key)
+    terms = {}
+    for (v, layers), keys in by_chunks.items():
+        got = tight_class_terms_of_blocks([stacked[key] for key in keys], layers, v, inst.search.full_recompute)
+        terms.update(zip(keys, got))
     for (pp, v, layers), items in rows.items():
-        stacked = {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
-        tau, sigma, delta, fits = tight_class_terms(stacked, layers, v, inst.search.full_recompute)
+        tau, sigma, delta, fits = terms[pp, v, layers]
+        stacked_rows = stacked[pp, v, layers]
         at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
         A[at] = np.where(fits, tau, np.inf)
         S[at] = np.where(fits, sigma, np.inf)
         D[at] = np.where(fits, delta, np.inf)
         lone = [r for r, x in enumerate(items) if x[4] is not None]
         if lone:
-            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked.items()},
+            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked_rows.items()},
                               np.array([items[r][0] for r in lone]), np.array([items[r][1] for r in lone]),
                               np.array([items[r][4] for r in lone], float)))
     return A, S, D, lone_rows
