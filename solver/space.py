@@ -498,6 +498,16 @@ class _Listing:
                                   layouts, slots_of_v, paired, unpaired, tally))
         return out
 
+    def _expert_layouts(self, tp: int, ranks: int, sp: bool) -> list:
+        """cost/space_rules.expert_layouts of this instance, read once per (tp, ranks, sp): with
+        search.idle_gpus every (replicas, depth) of a lone class is a layout of its own, and
+        DeepSeek-V3 on 2,048 H800 asked it 62,486 times for a few hundred answers."""
+        key = ("experts", tp, ranks, sp)
+        got = self.invariants.get(key)
+        if got is None:
+            got = self.invariants[key] = expert_layouts(self.inst.model, self.inst.search, tp, ranks, sp)
+        return got
+
     def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
         """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
         ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, the key of its
@@ -511,7 +521,7 @@ class _Listing:
         ranks = math.gcd(*(c.replicas * cp for c in shapes))
         # with a tp per group, experts split as each group's tp (etp = tp): a
         # folded etp would need an expert layout per group
-        layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(m, s, tp, ranks, sp)
+        layouts = {sp: [(ep, etp) for ep, etp in self._expert_layouts(tp, ranks, sp)
                         if etp is None or not group_tp]
                    for sp in s.sequence_parallel}
         # virtual_stage_values and slot_modes_of, what they read of the instance and the classes
@@ -525,7 +535,7 @@ class _Listing:
         vs_all = list(slots_of_v)
         # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size nor on tp's
         # place: read once per tp values, cp, replicas, depths and v values
-        mk = ("modes", tps, cp, replicas, pps, tuple(vs_all))
+        mk = ("modes", tps, cp, sharded_ranks(replicas, cp), pps, tuple(vs_all))
         modes_left = self.invariants.get(mk)
         if modes_left is None:
             modes_left = []  # (sp, zero, the v admitted with them)
@@ -548,9 +558,10 @@ class _Listing:
         # has_micro_batch_split reads the count form (with the replicas in the uniform baseline):
         # layouts of other replicas and depths share it (on one group, a lone class of r replicas
         # of pp stages splits the batch as every layout of its r * pp does, v > 1)
-        split_key = (tuple((v, _count_form(shapes, v)) for v in slots_of_v),
-                     _count_form(shapes, 1, True) if any(paired.values()) else None,
-                     sum(c.replicas for c in shapes) if uniform else None)
+        degrees = tuple([(c.replicas, c.pp) for c in shapes])  # all _count_form reads of them
+        split_key = (tuple((v, _count_form_of(degrees, v)) for v in slots_of_v),
+                     _count_form_of(degrees, 1, True) if any(paired.values()) else None,
+                     replicas if uniform else None)
         return layouts, slots_of_v, modes_left, paired, {}, tally_key, split_key
 
 
@@ -736,6 +747,16 @@ class _DualPipeBlock:
         return [b.outer(*x) for x in b.specs() if runs[x[2]]]
 
 
+def sharded_ranks(replicas: int, cp: int) -> bool:
+    """All that the (sp, ZeRO, v) modes of a layout read of its replicas (_sp_zero_values,
+    _Listing._invariants): whether more than one data x context parallel rank holds each
+    stage (ZeRO needs one to shard over; FrameworkRules.admits reads dp only as dp * cp > 1).
+    With search.idle_gpus every replica count of a lone class is a layout of its own, so the
+    modes are kept by this, not by the count (tests/solver/test_space_modes_key.py checks the
+    rules read no more)."""
+    return replicas * cp > 1
+
+
 def _sp_zero_values(inst: Instance, tpg: dict[int, int], cp: int, shapes) -> tuple[list[bool], list[int]]:
     """The sequence-parallel flags and ZeRO stages some plan with these classes can run, each
     admitted with some value of the other and some v (`tpg`: group -> tp)."""
@@ -784,7 +805,8 @@ def _degree_values(inst: Instance, tpg: dict[int, int], cp: int, shapes, tps: tu
                            if s.micro_batch is not None else
                            [d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
                             and has_micro_batch_split(shapes, gb // d, uniform)])
-        modes = ("sp zero", tps, cp, replicas, _depths(shapes))
+        # of the replicas the modes read whether some rank shards or syncs (sharded_ranks)
+        modes = ("sp zero", tps, cp, sharded_ranks(replicas, cp), _depths(shapes))
         if s.micro_batch is None and modes not in memo:
             memo[modes] = _sp_zero_values(inst, tpg, cp, shapes)
         memo[degrees] = (memo[split], None if s.micro_batch is not None else memo[modes])

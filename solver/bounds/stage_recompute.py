@@ -52,6 +52,15 @@ from paraplan.solver.bounds.option_recompute import RecomputeFloor, slowest_stag
 from paraplan.solver.space import micro_batch_lower_bound_terms
 
 
+def runs_micro_batch(global_batch: int, micro_batch: int, dp: int) -> bool:
+    """Whether a lone class of dp replicas has a configuration at this micro-batch size: its
+    count m = floor(global batch / b) / dp is a whole number >= 1, the `valid` of
+    stage_families.FamilyBounds._combos, which bounds every other size by inf (so A* is not
+    read there: 32-46% of slowest_s's sizes on the dense idle_gpus instances)."""
+    count = global_batch // micro_batch
+    return count >= dp and count % dp == 0
+
+
 class StageRecompute:
     """A* of the module docstring for stage families' tp choices (fb: stage_families.
     FamilyBounds: its floors, micro-batch sizes, scenarios and recompute modes)."""
@@ -101,6 +110,8 @@ class StageRecompute:
         # a pipeline of one stage at ZeRO-3: no recompute read (module docstring)
         one_stage = (3 in self.inst.search.zero) & ((counts.sum(axis=1) == 1) | (idle and len(used) == 1))
         for bi, b in enumerate(fb.mbs.astype(int).tolist()):
+            if not runs_micro_batch(gb, b, dp):
+                continue  # no configuration: the family's bound is inf there whatever this reads
             m = max(gb // b // dp, 1)
             for x in range(len(tps)):
                 key = ("slowest", used, tuple(tps[x]), tuple(counts[x]), cp, dp, idle, both_ends, bool(one_stage[x]), bi)
