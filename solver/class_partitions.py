@@ -265,6 +265,9 @@ class OuterChoices:
         self.root_key = -math.inf  # optimistic_bound's
         self.split_read = False  # whether root_key_again was read
         self._plan_group_cache: dict = {}  # _groups_of's, per open choice
+        # (the re-key's bar, per open choice the group positions of _plan_groups some combination
+        # it read at most that bar may hold) (_least_and_live); None: not read, or every group
+        self.live_groups: tuple | None = None
 
     def _megatron(self, si: int, k: int) -> StageCoefficients:
         """Class k's all-Megatron build on scenario position si, kept in the memo (_class_key)."""
@@ -389,7 +392,7 @@ class OuterChoices:
             kept, store = self._kept_spans(spans, cut)
             wide = math.prod(len(v) for v in kept.values()) > GRID_CAP
             if all(b - a == 1 for x in self.open for a, b in kept[x][1:]):
-                return self.root_key if wide else self._groups_least(kept, store, cut)
+                return self.root_key if wide else self._least_and_live(kept, store, cut)
             # past GRID_CAP every kept span is split unread (a span may be kept where none of its
             # groups is: the groups' grid may be within the cap)
             live = {x: kept[x][1:] for x in self.open} if wide else self._live_spans(kept, store, cut)
@@ -409,15 +412,27 @@ class OuterChoices:
                     kept[x].append(span)
         return kept, store
 
-    def _groups_least(self, kept: dict, store: dict, cut: float) -> float:
+    def _least_and_live(self, kept: dict, store: dict, cut: float) -> float:
+        """_groups_least, and where it is at most `cut`, per open choice the groups some
+        combination at most `cut` may hold (live_groups: the root's plans in no other group are
+        in no combination that can win, _root)."""
+        live: dict = {}
+        got = self._groups_least(kept, store, cut, live)
+        if got <= cut:
+            self.live_groups = cut, {x: {a for a, _ in live.get(x, [])} for x in self.open}
+        return got
+
+    def _groups_least(self, kept: dict, store: dict, cut: float, live: dict | None = None) -> float:
         """_split_bound's least over the combinations of single groups kept[x] (_grid_least; a
-        zero-bubble schedule's: _grid's bound of each)."""
+        zero-bubble schedule's: _grid's bound of each). `live`: filled as _grid_least fills it."""
         if any(self.meg[si, k].layer_drain_saving_s.size for si in range(len(self.scenarios))
                for k in range(len(self.o.classes))):
-            _, _, fits, quick, megatron = self._grid(kept, store, cut)  # (_grid_least: its floors)
+            grid, picks, fits, quick, megatron = self._grid(kept, store, cut)  # (_grid_least: its floors)
             alive = fits & ~megatron
+            if live is not None:
+                live.update(self._entries_in(kept, grid, picks, alive & (quick <= cut)))
             return float(quick[alive].min()) if alive.any() else math.inf
-        return self._grid_least(kept, store, cut)
+        return self._grid_least(kept, store, cut, live)
 
     def _live_spans(self, kept: dict, store: dict, cut: float) -> dict | float:
         """Per open choice x, the spans of kept[x] (entries beyond Megatron's, (first group,
@@ -429,15 +444,20 @@ class OuterChoices:
         live = alive & (quick <= cut)
         if not live.any():
             return float(quick[alive].min()) if alive.any() else math.inf
+        return self._entries_in(kept, grid, picks, live)
+
+    def _entries_in(self, kept: dict, grid: np.ndarray, picks: list, rows: np.ndarray) -> dict:
+        """Per open choice x, the entries of kept[x] beyond Megatron's that the combinations of
+        `grid` at `rows` (a mask) hold."""
         out = {}
         for k in range(len(self.o.classes)):
-            used = picks[k][np.unique(grid[live, k])]
+            used = picks[k][np.unique(grid[rows, k])]
             for col, x in enumerate([y for y in self.keys if y[0] == k]):
                 if x in self.open:
                     out[x] = [kept[x][j] for j in np.unique(used[:, col]).tolist() if j]
         return out
 
-    def _grid_least(self, kept: dict, store: dict, cut: float) -> float:
+    def _grid_least(self, kept: dict, store: dict, cut: float, live: dict | None = None) -> float:
         """The least of _grid's bound over its combinations that may fit, all-Megatron's left
         out (inf where none; where it is above `cut`, some value above it), each class's terms
         read only for the combinations that can hold it. Each class's picks are first keyed by
@@ -448,7 +468,9 @@ class OuterChoices:
         and for a lone class one_class.coupled_above as _grid reads it), until none left unread
         is keyed at most the least read (nor at most `cut`): each of those is at least its key,
         so the least read is _grid's least. On the three-type, two-site row the re-key's grids
-        held 1,000-3,800 picks of one class, every one read before."""
+        held 1,000-3,800 picks of one class, every one read before. `live`: where the least is
+        at most `cut`, filled with _entries_in of the combinations not proved above it (each
+        value a lower bound of its own)."""
         K = len(self.o.classes)
         members, picks, grid, dead = self._picks_grid(kept)  # dead: all-Megatron, then unfit
         terms = [self._pick_floors(k, members[k], kept, picks[k], store) for k in range(K)]
@@ -465,6 +487,8 @@ class OuterChoices:
             best = float(value[final].min()) if final.any() else math.inf
             todo = np.flatnonzero(~final & (value <= min(best, cut)))
             if not len(todo):
+                if live is not None and best <= cut:
+                    live.update(self._entries_in(kept, grid, picks, ~dead & (value <= cut)))
                 alive = value[~dead]
                 return best if best <= cut or not len(alive) else float(alive.min())
             if len(todo) > batch:
@@ -610,7 +634,7 @@ class OuterChoices:
         out = Listing()
         cut = upper_s * (1 + REL_TOL)
         if node is None:
-            node = self._root(out)
+            node = self._root(out, cut)
         elif not node.linked and node.level >= 1:
             # keyed by its buckets' optimistic coefficients: first keyed again by its linked
             # bound, expanded only when it comes up again under that key and can still win
@@ -636,9 +660,14 @@ class OuterChoices:
         out.candidates.sort(key=lambda c: (c[0], c[1]))
         return out
 
-    def _root(self, out: Listing) -> "Subset":
+    def _root(self, out: Listing, cut: float = math.inf) -> "Subset":
         """Every combination beyond all-Megatron as one Subset (each open choice's kept plans
-        sorted by layer time: buckets of neighbours bound tightly); dominated ones counted."""
+        sorted by layer time: buckets of neighbours bound tightly); dominated ones counted.
+        Where the re-key read at a bar at least `cut` keeps live groups (_least_and_live), a
+        plan of no live group is left out, its combinations counted pruned: each lies in a
+        combination of groups proved above that bar or unfit (on the three-type, two-site row
+        87,083 plans -> 75,472, the roots' first-level nodes 4,993 -> 2,631;
+        tests/partition/test_parts10_live_groups.py)."""
         self.plans = plans = {x: [MEGATRON] for x in self.keys}
         self.rows = rows = {}  # per open choice and scenario: the vectors of plans[k, g][1:]
         for k, g in self.open:
@@ -658,8 +687,23 @@ class OuterChoices:
         sets = []
         for x in self.keys:
             order = sorted(range(1, len(plans[x])), key=lambda j: rows[x][0][j - 1, 0] + rows[x][0][j - 1, 1])
+            if self.live_groups is not None and cut <= self.live_groups[0] and x in self.open:
+                order = [j for j, y in zip(order, self._in_live_group(x, order)) if y]
             sets.append((0, *order))
+        # the combinations holding a plan of no live group: above the re-key's bar, which is at
+        # least the bar now (it only falls)
+        out.pruned_by_bound += listed - math.prod(len(x) for x in sets)
         return Subset(tuple(sets), 0, -math.inf)
+
+    def _in_live_group(self, x, order: list) -> np.ndarray:
+        """Per plan position of `order` (in self.plans[x]), whether its group by replicated
+        parameters (_plan_groups) is one of live_groups[x]; a plan whose count is not one of the
+        groups' (none measured) is kept."""
+        values = self._groups_of(x)[2]
+        rep = self.rows[x][0][np.array(order, int) - 1, P.VECTOR.index("replicated_params")]
+        at = np.minimum(np.searchsorted(values, rep), len(values) - 1)
+        live = np.array(sorted(self.live_groups[1][x]), int)
+        return (values[at] != rep) | np.isin(at, live)
 
     def _coeffs(self, x, bucket: tuple) -> list[StageCoefficients]:
         """Coefficients per scenario below those of every plan of `bucket` (_price_buckets), once each."""
