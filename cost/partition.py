@@ -791,22 +791,45 @@ def partition_layer_fn(plan: dict[str, str]):
     return layer_fn
 
 
-@lru_cache(maxsize=1024)
-def _cached_table(inst: Instance, key: tuple, site: Site, net: NetEfficiency) -> LayerTable:
-    return layer_table(inst, key[0], site, net)
-
-
 def _table_key(o: Outer) -> Outer:
     """The table depends on tp, cp, micro-batch, sp and recompute only."""
     return Outer(tp=o.tp, pp=1, dp=1, cp=o.cp, micro_batch=o.micro_batch, num_micro_batches=1,
                  sequence_parallel=o.sequence_parallel, recompute=o.recompute)
 
 
+def site_reading(inst: Instance, site: Site) -> tuple:
+    """What layer_table reads of a site: its GPU and its tp and cp links (the per-operator
+    prices, group_links, _strided_link and megatron_layer read no other field of a dense
+    model's site; tests/partition/test_table_reading.py checks it against tables built on
+    sites that differ elsewhere). A MoE model's megatron_layer is moe_layer, which reads the
+    expert links too: its whole site. Sites of one configuration that differ only in their dp
+    link (issue 33 row 3: 163 table builds, 56 distinct tables) share one table."""
+    if inst.model.moe is not None:
+        return (site,)
+    return site.gpu, site.tp_link, site.cp_link
+
+
+# layer_table of recent (instance, table key, site reading, network), by value; built on the
+# first site of its reading, which prices like every other site of it (site_reading)
+_BY_READING: dict[tuple, LayerTable] = {}
+
+
+def _cached_table(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> LayerTable:
+    key = (inst, _table_key(o), site_reading(inst, site), net)
+    out = _BY_READING.get(key)
+    if out is None:
+        out = layer_table(inst, key[1], site, net)
+        if len(_BY_READING) >= 1024:
+            _BY_READING.clear()
+        _BY_READING[key] = out
+    return out
+
+
 # table_for of recent (instance, site, table key, network), kept by the instance's and the
-# site's identity in front of _cached_table, whose key hashes the whole Instance and Site (their
-# nested records) on every call: the planner asks for a group's table once per layer plan and
-# configuration (issue 32: 70,267 asks, 128 tables, over tests/partition). Each entry holds its
-# instance and site, so that their ids are not reused while it lives.
+# site's identity in front of _cached_table, whose key hashes the whole Instance and the site's
+# links (their nested records) on every call: the planner asks for a group's table once per
+# layer plan and configuration (issue 32: 70,267 asks, 128 tables, over tests/partition). Each
+# entry holds its instance and site, so that their ids are not reused while it lives.
 _TABLES: dict[tuple, tuple[Instance, Site, LayerTable]] = {}
 
 
@@ -815,7 +838,7 @@ def table_for(inst: Instance, o: Outer, site: Site, net: NetEfficiency) -> Layer
     hit = _TABLES.get(key)
     if hit is not None and hit[0] is inst and hit[1] is site:
         return hit[2]
-    out = _cached_table(inst, (_table_key(o),), site, net)
+    out = _cached_table(inst, o, site, net)
     if len(_TABLES) >= 1024:  # no more tables alive than _cached_table keeps
         _TABLES.clear()
     _TABLES[key] = (inst, site, out)

@@ -212,6 +212,27 @@ def _spans_of(a: int, b: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
+class _HashedKey(tuple):
+    """A tuple whose hash is computed once (a class key's placement and outer hash their nested
+    records field by field on every read: about 5 us a key)."""
+
+    def __new__(cls, items: tuple):
+        out = super().__new__(cls, items)
+        out.hash_value = tuple.__hash__(out)
+        return out
+
+    def __hash__(self) -> int:
+        return self.hash_value
+
+
+def _interned(memo: dict, key: tuple) -> tuple:
+    """`key` as the memo's first copy of it (hash kept): the memo's keys that hold a class key
+    are then hashed from the kept hash and compared by identity, not field by field (issue 33:
+    row 3 reads about 22,000 of them)."""
+    got = _HashedKey(key)
+    return memo.setdefault(("class key", got), got)
+
+
 class _Builds(dict):
     """A dict whose missing entries are built by `make(*key)` when first read, then kept."""
 
@@ -343,9 +364,9 @@ class OuterChoices:
         got = self._keys.get((si, k))
         if got is None:
             i = self.scenarios[si]
-            got = self._keys[si, k] = (i, self.co[k], self.placed(i, k), self.o.classes[k].stage_groups,
-                                       tuple(self.cg[x].tp for x in self.keys if x[0] == k), self.factor,
-                                       self.net)
+            got = self._keys[si, k] = _interned(self.memo, (
+                i, self.co[k], self.placed(i, k), self.o.classes[k].stage_groups,
+                tuple(self.cg[x].tp for x in self.keys if x[0] == k), self.factor, self.net))
         return got
 
     def optimistic_bound(self) -> float:
