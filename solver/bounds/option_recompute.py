@@ -275,13 +275,25 @@ class RecomputeFloor:
         key = ("row", g, tp, cp, pp, b, sp, room, state, c) + ((v,) if v > 1 else ())
         got = self.memo.get(key)
         if got is None:
-            flight = in_flight(pp, v)
+            flight, ends = self._places(pp, v)
             held = state + flight * a
             slope = held / (flight * (a - c))
-            for s in self.relieved_ends(pp, v):  # the end stages: their state alone (module docstring)
+            for s in ends:  # the end stages: their state alone (module docstring)
                 held[s], slope[s] = state, np.inf
             got = self.memo[key] = (np.full(pp, room), held, slope)
         return key, got
+
+    def _places(self, pp: int, v: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        """(in_flight(pp, v), relieved_ends(pp, v)), once per (pp, v) (read-only: shared; _row
+        asked them 67,140 times on GPT-3 175B / 1,024 A100 with classes_per_group 2, each
+        reading the slot modes again)."""
+        key = ("places", pp, v)
+        got = self.memo.get(key)
+        if got is None:
+            flight = in_flight(pp, v)
+            flight.flags.writeable = False
+            got = self.memo[key] = (flight, self.relieved_ends(pp, v))
+        return got
 
     def relieved_ends(self, pp: int, v: int) -> tuple[int, ...]:
         """The stages read with no stash: at v = 1 both ends where the space runs the slots
@@ -331,34 +343,51 @@ class RecomputeFloor:
         """Memoise, per row (_row's (key, row)) not read yet, its A* at its group's floor and
         recompute (none with `no_rc`) per scenario, as a list: the rows at v = 1 in one pass
         (slowest_stage_each_s), those at v > 1 in another (slowest_in_chunks_s, each stage's
-        layers in whole chunks of its row's v, chunk_offsets)."""
+        layers in whole chunks of its row's v, chunk_offsets), each v's rows apart, so that
+        its one mask of chunks is read once for all of them."""
         todo = {k: row for k, row in keyed if ("slowest", k, no_rc) not in self.memo}
         if not todo:
             return
         L = int(self.inst.model.layers)
         for interleaved in (False, True):
-            keys = [k for k in todo if (len(k) > 10) is interleaved]  # v > 1 ends a row's key (_row)
-            for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
-                part = keys[lo:lo + 32]
-                fs, rhos, heads, allowed = [], [], [], []
-                for k in part:
-                    g, tp, cp, pp, bi = k[1], k[2], k[3], k[4], self._mb_index(k[5])
-                    f = self.fb.floor(g, tp, cp)[bi]
-                    fs.append(f)
-                    rhos.append(0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi])
-                    head = np.zeros((len(f), pp))
-                    head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
-                    if pp > 1:  # every stage's least hand-off, at the row's sp and v
-                        head += self.hand_off_s(g, tp, cp, k[10] if interleaved else 1, k[6])[bi][:, None]
-                    heads.append(head)
-                    if interleaved:
-                        allowed.append(self.chunks(pp, k[10]))
-                room, held, slope = (np.stack([todo[k][x] for k in part]) for x in range(3))
-                f, rho, head = np.stack(fs)[..., None], np.stack(rhos)[..., None], np.stack(heads)
-                got = (slowest_in_chunks_s(room, held, slope, L, f, rho, np.stack(allowed), head) if interleaved else
-                       slowest_stage_each_s(room, held, slope, L, f, rho, head=head))
-                for k, each in zip(part, got.tolist()):
-                    self.memo["slowest", k, no_rc] = each
+            by_v: dict[tuple, list] = {}  # (pp, v): its rows (v > 1 ends a row's key, _row)
+            for k in todo:
+                if (len(k) > 10) is interleaved:
+                    by_v.setdefault((k[4], k[10] if interleaved else 1), []).append(k)
+            for (pp, v), keys in by_v.items():
+                for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
+                    part = keys[lo:lo + 32]
+                    got = self._slowest_part(part, todo, no_rc, L, pp, v)
+                    for k, each in zip(part, got.tolist()):
+                        self.memo["slowest", k, no_rc] = each
+
+    def _slowest_part(self, part: list[tuple], todo: dict, no_rc: bool, L: int, pp: int, v: int) -> np.ndarray:
+        """(rows, scenarios): A* of rows `part` of pp stages at v, in one pass (_slowest_rows)."""
+        fs, rhos, heads = zip(*(self._row_times(k[1], k[2], k[3], pp, k[5], k[6], v, no_rc) for k in part))
+        room, held, slope = (np.stack([todo[k][x] for k in part]) for x in range(3))
+        f, rho, head = np.stack(fs)[..., None], np.stack(rhos)[..., None], np.stack(heads)
+        if v > 1:
+            return slowest_in_chunks_s(room, held, slope, L, f, rho, self.chunks(pp, v), head)
+        return slowest_stage_each_s(room, held, slope, L, f, rho, head=head)
+
+    def _row_times(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, v: int, no_rc: bool) -> tuple:
+        """(f, rho, head) of a row of pp stages on group g (_slowest_part): its layers' floor and
+        recompute (none with `no_rc`) per scenario, (scenarios,), and each stage's term beside
+        its layers, (scenarios, pp): the output layer on the last stage, the least hand-off at sp
+        and v on every stage of two or more; once for the rows alike at other ranks and ZeRO
+        stages (read-only: shared)."""
+        key = ("row times", g, tp, cp, pp, b, sp, v, no_rc)
+        got = self.memo.get(key)
+        if got is None:
+            bi = self._mb_index(b)
+            f = self.fb.floor(g, tp, cp)[bi]
+            rho = 0.0 * f if no_rc else self.rc_fwd_s(g, tp, cp)[bi]
+            head = np.zeros((len(f), pp))
+            head[:, -1] = self.head_s(g, tp, cp)[bi]  # the output layer, on the last stage
+            if pp > 1:  # every stage's least hand-off, at the row's sp and v
+                head += self.hand_off_s(g, tp, cp, v, sp)[bi][:, None]
+            got = self.memo[key] = (f, rho, head)
+        return got
 
     def chunks(self, pp: int, v: int) -> np.ndarray:
         """chunk_counts of a class of pp stages at v on the model's layers, once per (pp, v)
@@ -657,8 +686,11 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     those counts sum to `layers` (each marked n standing for the n - its previous marked count
     more layers it holds), and at least each stage's time at its least marked count (every
     stage holds a chunk, of one decoder layer or more: v - 1 >= 1 where a slot fills the rest).
-    Arrays as slowest_stage_each_s's; (rows, k), inf where the stages cannot hold `layers`."""
-    allowed = np.broadcast_to(allowed, (len(room), *allowed.shape[-2:]))
+    Arrays as slowest_stage_each_s's; (rows, k), inf where the stages cannot hold `layers`.
+    `allowed` of one mask ((stages, layers) or (1, stages, layers)) is read once for every row
+    (_slowest_rows passes one v's rows at a time: issue 33, the masks' per-row reading was a
+    third of GPT-3 175B / 1,024 A100's A* with classes_per_group 2); the same floats."""
+    allowed = allowed.reshape(-1, *allowed.shape[-2:])  # (1 or rows, stages, layers)
     cols = _chunk_cols(room, held, slope, layers, f, rho, allowed, head)
     # only the counts some stage may hold are read (issue 33: whole chunks of v, a v-th of
     # the counts, took most of GPT-3 175B / 1,024 A100's memory reading with
@@ -674,7 +706,7 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     marked = np.where(allowed, n, 0)
     before = np.concatenate([np.zeros((*allowed.shape[:2], 1), n.dtype),
                              np.maximum.accumulate(marked, axis=-1)[..., :-1]], axis=-1)
-    more = np.where(allowed, n - before, 0).reshape(len(room), 1, -1)  # (rows, 1, stages x layers)
+    more = np.where(allowed, n - before, 0).reshape(len(allowed), 1, -1)  # (1 or rows, 1, stages x layers)
     flat = t.reshape(*t.shape[:2], -1)
     # in the order of the times (ties in any order: the time read where the held counts first
     # reach the layers is the same), only the time at that place read back
@@ -683,7 +715,7 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     reach = held_at >= layers  # the stages hold the layers by then
     at = np.take_along_axis(order, np.argmax(reach, axis=-1)[..., None], axis=-1)
     kth = np.where(reach[..., -1], np.take_along_axis(flat, at, axis=-1)[..., 0], np.inf)
-    least = np.argmax(allowed, axis=-1)  # (rows, stages): each stage's least marked count
+    least = np.argmax(allowed, axis=-1)  # (1 or rows, stages): each stage's least marked count
     first = np.take_along_axis(t, np.broadcast_to(least[:, None, :, None], (*t.shape[:3], 1)), axis=-1)[..., 0]
     with np.errstate(invalid="ignore"):
         return np.maximum(kth, first.max(axis=-1))
@@ -694,11 +726,12 @@ def _chunk_cols(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: i
     """The first counts slowest_in_chunks_s need read (as slowest_stage_each_s's cut): with
     each stage at its least marked count c_s >= ceil(layers / stages) the stages hold the
     layers, so A* is at most v, the slowest of those times, and a count n with n f_min > v
-    (t_s(n) >= n f_s) is never among the times up to A*; every count where v is not finite."""
+    (t_s(n) >= n f_s) is never among the times up to A*; every count where v is not finite.
+    `allowed`: (1 or rows, stages, layers)."""
     stages = allowed.shape[-2]
     c = -(-layers // stages)
     n = np.arange(1, layers + 1)
-    at = np.where(allowed & (n >= c), n, layers + 1).min(axis=-1)  # (rows, stages): c_s
+    at = np.where(allowed & (n >= c), n, layers + 1).min(axis=-1)  # (1 or rows, stages): c_s
     if (at > layers).any():
         return layers
     top = int(at.max())
