@@ -40,6 +40,7 @@ from paraplan.cost.coefficients import Placement, Site, StageCoefficients, build
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.flops import BF16_BYTES
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.specs import Cluster, ModelSpec, NodeGroup
 from paraplan.cost.plan_specs import ClassOuter
 from paraplan.cost.specs import Instance, Link, Outer
@@ -96,7 +97,7 @@ def class_outers(job, ho: ClassOuter) -> list[Outer]:
 # not reused while it lives) and what the ring reads of the configuration: their ring is one for
 # all their groups, and each class's placement and each group's sync asked for it again (8 GPU
 # types x 8 nodes: 27,346 calls for 8,352 rings; issue 33)
-_RINGS: dict[tuple, tuple] = {}
+_RINGS = IdentityCache(65536)
 
 
 def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
@@ -105,12 +106,7 @@ def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
     if len(ho.classes) == 1:
         return _ring_of(hc, ho, stage_group, ep, etp)
     key = (id(hc), ho.classes, ho.tp, ho.group_tp, ho.cp, ep, etp)
-    hit = _RINGS.get(key)
-    if hit is None or hit[0] is not hc:
-        if len(_RINGS) >= 65536:
-            _RINGS.clear()
-        hit = _RINGS[key] = (hc, _ring_of(hc, ho, stage_group, ep, etp))
-    return hit[1]
+    return _RINGS.read(key, hc, _ring_of, hc, ho, stage_group, ep, etp)
 
 
 def _ring_of(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
@@ -273,19 +269,11 @@ def partitions_layer_fn(inst, hc: Cluster, pl: Placement, stage_groups: tuple[in
 # Instance.group_alone of recent (instance, group, network), one object each: pricing a class's
 # partitions asks for it per configuration, and cost/partition.py keeps a group's layer tables
 # by the instance's identity (table_for). Each entry holds its instance and network.
-_GROUP_ALONE: dict[tuple[int, int, int], tuple[Instance, Cluster, Instance]] = {}
+_GROUP_ALONE = IdentityCache(1024)
 
 
 def _group_alone(inst: Instance, g: int, hc: Cluster) -> Instance:
-    key = (id(inst), g, id(hc))
-    hit = _GROUP_ALONE.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is hc:
-        return hit[2]
-    out = inst.group_alone(g, hc)
-    if len(_GROUP_ALONE) >= 1024:
-        _GROUP_ALONE.clear()
-    _GROUP_ALONE[key] = (inst, hc, out)
-    return out
+    return _GROUP_ALONE.read_pair((id(inst), g, id(hc)), inst, hc, Instance.group_alone, inst, g, hc)
 
 
 def class_coefficients(inst, hc: Cluster, ho: ClassOuter, net: NetEfficiency = NetEfficiency(),

@@ -34,6 +34,7 @@ from paraplan.cost.flops import (BF16_BYTES, fp8_cast_elements, layer_elementwis
 from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtitan_sac_recomputed_flops
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.pipeline_split import slot_relief_bytes
 from paraplan.cost.stage_memory import memory_base, plan_memory, stage_values
 from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, JobSpec, Link, ModelSpec,
@@ -262,19 +263,12 @@ def stage_outer(o: Outer, site: Site) -> Outer:
     """The Outer that prices a layer on `site`: `o` with the site's own tp, if it has one."""
     if site.tp is None or site.tp == o.tp:
         return o
-    hit = _STAGE_OUTERS.get((id(o), site.tp))
-    if hit is not None and hit[0] is o:
-        return hit[1]
-    out = replace(o, tp=site.tp)
-    if len(_STAGE_OUTERS) >= 4096:
-        _STAGE_OUTERS.clear()
-    _STAGE_OUTERS[id(o), site.tp] = (o, out)
-    return out
+    return _STAGE_OUTERS.read((id(o), site.tp), o, replace, o, tp=site.tp)
 
 
 # stage_outer of recent (Outer, tp), by the Outer's identity (held in the entry): build asks for
 # it per distinct site of every configuration, and a dataclass replace re-runs the validation
-_STAGE_OUTERS: dict[tuple[int, int], tuple[Outer, Outer]] = {}
+_STAGE_OUTERS = IdentityCache(4096)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,19 +338,12 @@ def tp_backward_exposed(tp_f: float, qkv_gemm_s: float, mlp_in_gemm_s: float,
 # (micro-batch sizes and counts, modes) share it, and with its Site objects the layer costs
 # build keeps per site. Keyed by the cluster's identity (held in the entry, so that its id is
 # not reused while the entry lives) and what the placement reads of the Outer.
-_PLACEMENTS: dict[tuple, tuple[NodeGroup, Placement]] = {}
+_PLACEMENTS = IdentityCache(4096)
 
 
 def homogeneous_placement(cl: NodeGroup, o: Outer) -> Placement:
     key = (id(cl), o.tp, o.cp, o.dp, o.pp, o.virtual_stages > 1, o.ep, o.etp)
-    hit = _PLACEMENTS.get(key)
-    if hit is not None and hit[0] is cl:
-        return hit[1]
-    out = _homogeneous_placement(cl, o)
-    if len(_PLACEMENTS) >= 4096:
-        _PLACEMENTS.clear()
-    _PLACEMENTS[key] = (cl, out)
-    return out
+    return _PLACEMENTS.read(key, cl, _homogeneous_placement, cl, o)
 
 
 def _homogeneous_placement(cl: NodeGroup, o: Outer) -> Placement:
@@ -888,31 +875,29 @@ def output_layer_time_s(inst: Instance, o: Outer, tp_last: int, gpu: GpuSpec) ->
     forward and backward, the loss over the logits, the GEMM's output stores and the final
     norm (build's "output_layer" stage part); it reads no link, so the planner's bound before
     placement reads it too (output_layer_floor_s)."""
-    m, b, cp, sp = inst.model, o.micro_batch, o.cp, o.sequence_parallel
-    key = (id(m), id(gpu), inst.job.framework, b, cp, sp, tp_last)
-    hit = _OUTPUT_LAYERS.get(key)
-    if hit is not None and hit[0] is m and hit[1] is gpu:
-        return hit[2]
+    m, framework, b, cp, sp = inst.model, inst.job.framework, o.micro_batch, o.cp, o.sequence_parallel
+    return _OUTPUT_LAYERS.read_pair((id(m), id(gpu), framework, b, cp, sp, tp_last), m, gpu,
+                                    _output_layer_time_s, m, gpu, framework, b, cp, sp, tp_last)
+
+
+def _output_layer_time_s(m: ModelSpec, gpu: GpuSpec, framework: Framework, b: int, cp: int, sp: bool,
+                         tp_last: int) -> float:
     tokens = b * m.seq_len / cp
     emb_io = tokens * m.hidden * BF16_BYTES
     logits_mm = _mm_time_s(logits_flops(m, b, tp_last, cp), gpu)
     # the loss and whatever else the framework runs on the logits (cost/framework.py, loss_bytes_per_logit)
-    ce_bytes = tokens * m.vocab / tp_last * behaviour(inst.job.framework).loss_bytes_per_logit
+    ce_bytes = tokens * m.vocab / tp_last * behaviour(framework).loss_bytes_per_logit
     head = (1 + BACKWARD_LINEAR_FACTOR) * logits_mm + _mem_time_s(ce_bytes, gpu)
     # the logits GEMM's output store (forward) and its input gradient's (backward), as
     # flops.gemm_output_elements prices the layers' GEMMs
     head += _mem_time_s(BF16_BYTES * tokens * (m.vocab / tp_last + m.hidden), gpu)
-    head += 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gpu)  # final norm fwd + bwd
-    if len(_OUTPUT_LAYERS) >= 4096:
-        _OUTPUT_LAYERS.clear()
-    _OUTPUT_LAYERS[key] = (m, gpu, head)
-    return head
+    return head + 3 * _mem_time_s(4 * emb_io / (tp_last if sp else 1), gpu)  # final norm fwd + bwd
 
 
 # output_layer_time_s of recent (model, GPU, framework, micro-batch, cp, sp, tp), by the model's
 # and the GPU's identity (held in the entry): build and the bounds before pricing ask for it per
 # configuration (issue 32)
-_OUTPUT_LAYERS: dict[tuple, tuple[ModelSpec, GpuSpec, float]] = {}
+_OUTPUT_LAYERS = IdentityCache(4096)
 
 
 def output_layer_floor_s(inst: Instance, o: Outer, site: Site, net: NetEfficiency = NetEfficiency()) -> float:
@@ -1287,21 +1272,14 @@ def _stage_extras(inst: Instance, o: Outer, pl: Placement, where: list[int], tps
 # extras price no expert), so a fit's grid points on one instance share them (cost/moe_anchors.
 # pricer: 14% of a price before, issue 32; tests/validation/test_moe_fit.py checks that
 # building them reads no MoeParams on every MoE anchor)
-_OUTER_PARTS: dict[tuple, tuple[Instance, Placement, _OuterParts]] = {}
+_OUTER_PARTS = IdentityCache(4096)
 
 
 def _outer_parts(inst: Instance, o: Outer, net: NetEfficiency, reserve_bytes: float,
                  placement: Placement | None) -> _OuterParts:
     pl = placement if placement is not None else homogeneous_placement(inst.cluster.one_group, o)
     key = (id(inst), o, id(pl), net, reserve_bytes)
-    hit = _OUTER_PARTS.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is pl:
-        return hit[2]
-    out = _OuterParts(inst, o, pl, reserve_bytes)
-    if len(_OUTER_PARTS) >= 4096:
-        _OUTER_PARTS.clear()
-    _OUTER_PARTS[key] = (inst, pl, out)
-    return out
+    return _OUTER_PARTS.read_pair(key, inst, pl, _OuterParts, inst, o, pl, reserve_bytes)
 
 
 def build(inst: Instance, outer: Outer, net: NetEfficiency = NetEfficiency(),
@@ -1562,7 +1540,7 @@ def _dense_prefix_costs(inst: Instance, o: Outer, pl: Placement, dp_n: int, net:
 # DENSE_LAYER_FIELDS of the outer and no data-parallel link: kept by those, configurations that
 # differ in their pipeline, ZeRO stage or rings share it too (the floors read before pricing on
 # DeepSeek-V3 / 2,048 H800: 1,637 views priced, 252 distinct; issue 33).
-_EXPERT_FREE: dict[tuple, tuple[Instance, GpuSpec, object]] = {}
+_EXPERT_FREE = IdentityCache(4096)
 _OUTER_FIELDS: dict[tuple[str, type], tuple[str, ...]] = {}
 
 
@@ -1573,14 +1551,7 @@ def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEffici
             DENSE_LAYER_FIELDS if kind == "view" else tuple(f.name for f in fields(o) if f.name not in ("ep", "etp")))
     key = (kind, id(inst), id(site.gpu), site.tp, site.tp_link, site.cp_link,
            None if kind == "view" else site.dp_link, net, dp_n, tuple(getattr(o, n) for n in names))
-    hit = _EXPERT_FREE.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is site.gpu:
-        return hit[2]
-    out = price()
-    if len(_EXPERT_FREE) >= 4096:
-        _EXPERT_FREE.clear()
-    _EXPERT_FREE[key] = (inst, site.gpu, out)
-    return out
+    return _EXPERT_FREE.read_pair(key, inst, site.gpu, price)
 
 
 # _layer_costs of recent (instance, stage outer, site, ring size, network) under Megatron 1-D
@@ -1589,7 +1560,7 @@ def _expert_free(kind: str, inst: Instance, o: Outer, site: Site, net: NetEffici
 # (cost/class_coefficients.class_placement interns it), so those configurations share their
 # layers' costs. Keyed by identity where hashing the nested records would cost more than the
 # lookup saves; each entry keeps its keys alive, so no other object takes their ids.
-_LAYER_COSTS: dict[tuple, tuple] = {}
+_LAYER_COSTS = IdentityCache(65536)
 
 
 @lru_cache(maxsize=65536)
@@ -1603,20 +1574,13 @@ def _dense_layer_view(o: Outer) -> Outer:
 # grad_reduce_overlaps by (job identity, pp, v, zero), each entry holding its job: every layer
 # cost and its memo key read it, and its release lookup was 1.7 of a profiled 79 s of issue
 # 33's three-type, two-site row
-_OVERLAPS: dict[tuple, tuple[JobSpec, bool]] = {}
+_OVERLAPS = IdentityCache(4096)
 
 
 def _reduce_overlaps(job: JobSpec, o: Outer) -> bool:
     """grad_reduce_overlaps(job, o.pp, o.virtual_stages, o.zero), kept per job."""
     key = (id(job), o.pp, o.virtual_stages, o.zero)
-    hit = _OVERLAPS.get(key)
-    if hit is not None and hit[0] is job:
-        return hit[1]
-    out = grad_reduce_overlaps(job, o.pp, o.virtual_stages, o.zero)
-    if len(_OVERLAPS) >= 4096:
-        _OVERLAPS.clear()
-    _OVERLAPS[key] = (job, out)
-    return out
+    return _OVERLAPS.read(key, job, grad_reduce_overlaps, job, o.pp, o.virtual_stages, o.zero)
 
 
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
@@ -1635,28 +1599,20 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
     view = ((o, id(params)) if params is not None
             else (_dense_layer_view(o), _reduce_overlaps(inst.job, o)))
     key = (id(inst), id(site), view, dp_n, net)
-    hit = _LAYER_COSTS.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is site and hit[3] is params:
-        return hit[2]
-    out = _layer_costs(inst, o, site, dp_n, net, layer_fn)
-    if len(_LAYER_COSTS) >= 65536:
-        _LAYER_COSTS.clear()
-    _LAYER_COSTS[key] = (inst, site, out, params)
-    return out
+    return _LAYER_COSTS.read_pair(key, inst, site, _layer_costs_held, inst, o, site, dp_n, net, layer_fn, params)[0]
 
 
-_INSTANCES: dict[tuple[int, int], tuple[Instance, ModelSpec, Instance]] = {}
+def _layer_costs_held(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency, layer_fn,
+                      params) -> tuple[_LayerCosts, object]:
+    """_layer_costs with the MoE parameters its key names by id, held in the entry beside it (so
+    that no other parameters take their id while it lives)."""
+    return _layer_costs(inst, o, site, dp_n, net, layer_fn), params
+
+
+_INSTANCES = IdentityCache(256)
 
 
 def _with_model(inst: Instance, model: ModelSpec) -> Instance:
     """`inst` with `model` (a view of its model), kept by identity as flops._cached_view keeps
     the views: pricing asks for the same one once per outer configuration."""
-    key = (id(inst), id(model))
-    hit = _INSTANCES.get(key)
-    if hit is not None and hit[0] is inst and hit[1] is model:
-        return hit[2]
-    out = replace(inst, model=model)
-    if len(_INSTANCES) >= 256:
-        _INSTANCES.clear()
-    _INSTANCES[key] = (inst, model, out)
-    return out
+    return _INSTANCES.read_pair((id(inst), id(model)), inst, model, replace, inst, model=model)

@@ -59,6 +59,7 @@ import numpy as np
 
 from paraplan.cost.coefficients import StageCoefficients, build_plans, homogeneous_placement, megatron_layer
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.specs import Instance, Outer
 
 # The per-operator partition tables (cost/partition.py) and the partition problem are imported
@@ -126,8 +127,8 @@ def pareto_mask(v: np.ndarray) -> np.ndarray:
 
 
 # candidate plans per (layer table, sync threshold); tables are cached in cost/partition.py
-_FRONTS: dict = {}
 _FRONTS_MAX = 4096
+_FRONTS = IdentityCache(_FRONTS_MAX)  # bounded memory across many instances (sweeps)
 # pareto_mask by the content of its input: outers whose sites differ only where the layer
 # table does not look (another node, another stage) get equal tables that are not one object
 _MASKS: dict = {}
@@ -145,27 +146,26 @@ def _front(dims: np.ndarray) -> np.ndarray:
     return _MASKS[key]
 
 
-_PLANS: dict = {}
 _PLANS_MAX = 256
+_PLANS = IdentityCache(_PLANS_MAX)  # each holds up to 36,015 x 6 floats
 
 
 def _plans_of(table: P.LayerTable, allowed: bool) -> tuple[np.ndarray, np.ndarray]:
     """P.all_plans of a table (cached), without the token-split plans unless `allowed`."""
+    return _PLANS.read((id(table), allowed), table, _read_plans, table, allowed)
+
+
+def _read_plans(table: P.LayerTable, allowed: bool) -> tuple[np.ndarray, np.ndarray]:
     from paraplan.cost import partition as P
-    key = (id(table), allowed)
-    if key not in _PLANS or _PLANS[key][0] is not table:
-        if len(_PLANS) >= _PLANS_MAX:  # each holds up to 36,015 x 6 floats
-            _PLANS.clear()
-        idx, vec = P.all_plans(table)
-        if not allowed:  # ZeRO-3: drop the plans with a token split
-            mask = np.ones(len(idx), bool)
-            for k, op in enumerate(P.PLAN_OPS):
-                if op in P.LINEAR_OPS:
-                    mask &= ~np.isin(idx[:, k], [i for i, c in enumerate(table.candidates[op])
-                                                 if P.is_token_split(P.spec_of(c))])
-            idx, vec = idx[mask], vec[mask]
-        _PLANS[key] = (table, idx, vec)
-    return _PLANS[key][1], _PLANS[key][2]
+    idx, vec = P.all_plans(table)
+    if not allowed:  # ZeRO-3: drop the plans with a token split
+        mask = np.ones(len(idx), bool)
+        for k, op in enumerate(P.PLAN_OPS):
+            if op in P.LINEAR_OPS:
+                mask &= ~np.isin(idx[:, k], [i for i, c in enumerate(table.candidates[op])
+                                             if P.is_token_split(P.spec_of(c))])
+        idx, vec = idx[mask], vec[mask]
+    return idx, vec
 
 
 def plan_rows(table: P.LayerTable, token_splits: bool) -> np.ndarray:
@@ -205,15 +205,10 @@ def _sync_combos(table, allowed: bool, cols: np.ndarray) -> tuple[np.ndarray, np
     """np.unique(cols, axis=0, return_inverse=True) of a table's (replicated_params,
     grad_sync_s) columns (_dims), kept per table as _plans_of keeps its plans (every outer of
     the table reads it: the unique was about half of _dims on the three-type, two-site row)."""
-    key = (id(table), allowed)
-    if key not in _COMBOS or _COMBOS[key][0] is not table:
-        if len(_COMBOS) >= _PLANS_MAX:
-            _COMBOS.clear()
-        _COMBOS[key] = (table, *np.unique(cols, axis=0, return_inverse=True))
-    return _COMBOS[key][1], _COMBOS[key][2]
+    return _COMBOS.read((id(table), allowed), table, np.unique, cols, axis=0, return_inverse=True)
 
 
-_COMBOS: dict = {}
+_COMBOS = IdentityCache(_PLANS_MAX)
 
 
 def _megatron_first(table, idx, keep) -> tuple[list[dict[str, str]], list[int]]:
@@ -237,13 +232,13 @@ def _candidates(inst, o, site, dp_ranks, net) -> tuple[list[dict[str, str]], np.
 def _front_of(table, idx, vec, dims, key) -> tuple:
     """(table, plans, rows) of one site's _dims, kept in _FRONTS: the plans are shared, not to
     be changed."""
-    if key not in _FRONTS or _FRONTS[key][0] is not table:
-        if len(_FRONTS) >= _FRONTS_MAX:  # bounded memory across many instances (sweeps)
-            _FRONTS.clear()
-        keep = _front(dims)
-        plans, first = _megatron_first(table, idx, keep)
-        _FRONTS[key] = (table, plans, vec[keep][first])
-    return _FRONTS[key]
+    return _FRONTS.read(key, table, _read_front, table, idx, vec, dims)
+
+
+def _read_front(table, idx, vec, dims) -> tuple:
+    keep = _front(dims)
+    plans, first = _megatron_first(table, idx, keep)
+    return table, plans, vec[keep][first]
 
 
 def joint_front(o, where, net) -> tuple[tuple, list[dict[str, str]], list[np.ndarray]]:
@@ -329,16 +324,14 @@ def table_terms(table: P.LayerTable, token_splits: bool) -> tuple[P.LayerTerms, 
     keeps its plans: every outer's optimistic build reads them of each of its groups' tables
     (the least over up to 36,015 rows: 15% of those builds in a profile of the 32 A100 + 32
     H100 row with partitions and the three layout options)."""
-    key = (id(table), token_splits)
-    hit = _TABLE_TERMS.get(key)
-    if hit is None or hit[0] is not table:
-        if len(_TABLE_TERMS) >= _PLANS_MAX:
-            _TABLE_TERMS.clear()
-        hit = _TABLE_TERMS[key] = (table, optimistic_terms(table, plan_rows(table, token_splits)))
-    return hit[1]
+    return _TABLE_TERMS.read((id(table), token_splits), table, _read_table_terms, table, token_splits)
 
 
-_TABLE_TERMS: dict = {}  # table_terms' by (table id, token splits), each holding its table
+def _read_table_terms(table: P.LayerTable, token_splits: bool) -> tuple[P.LayerTerms, P.LayerTerms]:
+    return optimistic_terms(table, plan_rows(table, token_splits))
+
+
+_TABLE_TERMS = IdentityCache(_PLANS_MAX)  # table_terms' by (table id, token splits), each holding its table
 
 
 def elementwise_min(lo: StageCoefficients, hi: StageCoefficients) -> StageCoefficients:

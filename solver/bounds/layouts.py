@@ -54,6 +54,7 @@ import numpy as np
 
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 from paraplan.solver.bounds import fill_drain
 from paraplan.solver.bounds.fill_drain import TIE_MARGIN, fill_drain_s
@@ -70,16 +71,16 @@ def _factor_memo(inst, memo: dict | None = None):
     class: kept by those; a block fixes all of them but ZeRO). Kept in `memo` (the floors'
     memo, one per instance) where given, so that the calls of one search read each factor once
     (issue 33: the 4 x 16 row asked 3,738 group factors again over 1,482 calls)."""
-    store = memo.setdefault(("layout factors",), ({}, {})) if memo is not None else ({}, {})
+    store = memo.get(("layout factors",)) if memo is not None else None
+    if store is None:
+        store = ({}, IdentityCache(math.inf))
+        if memo is not None:
+            memo["layout factors",] = store
     factors: dict[tuple, float] = store[0]
-    reads: dict[int, tuple] = store[1]  # id(classes) -> (classes, groups used, deepest class up to 2)
+    reads = store[1]  # id(classes) -> (groups used, deepest class up to 2); the blocks hold their classes
 
     def per_zero(b) -> dict[int, float]:
-        got = reads.get(id(b.classes))
-        if got is None or got[0] is not b.classes:  # the blocks hold their classes alive
-            got = reads[id(b.classes)] = (b.classes, tuple(sorted({g for c in b.classes for g in c.stage_groups})),
-                                          min(max(c.pp for c in b.classes), 2))
-        _, used, deep = got
+        used, deep = reads.read(id(b.classes), b.classes, _factor_reads, b.classes)
         out = {}
         for z in b.tally.zeros:
             key = (used, z, min(b.cp, 2), deep)
@@ -88,6 +89,12 @@ def _factor_memo(inst, memo: dict | None = None):
             out[z] = factors[key]
         return out
     return per_zero
+
+
+def _factor_reads(classes: tuple) -> tuple[tuple[int, ...], int]:
+    """What trust.objective_factor_of reads of a block's classes: the groups used, and the
+    deepest class's stage count up to 2."""
+    return tuple(sorted({g for c in classes for g in c.stage_groups})), min(max(c.pp for c in classes), 2)
 
 
 def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
@@ -495,9 +502,9 @@ def _kept_terms(memo: dict, b, idx: list[int], ceiling_s: float = -math.inf) -> 
     which re-priced its fill-drain rows (~4 s of the 4 x 16 row's CPU; issue 33). None too
     where they were kept without fill_drain under a bar below `ceiling_s` (_keep_terms: the
     block's bound may reach this one's)."""
-    got = memo.get(("stage rows", id(b), tuple(idx)))
-    # (the partial layouts hold their blocks)
-    return got[1] if got is not None and got[0] is b and got[2] >= ceiling_s else None
+    kept_rows = memo.get(("stage rows",))  # (the partial layouts hold their blocks)
+    got = kept_rows.get((id(b), tuple(idx)), b) if kept_rows is not None else None
+    return got[0] if got is not None and got[1] >= ceiling_s else None
 
 
 def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weights,
@@ -539,10 +546,13 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         for r, k in enumerate(rows.tolist()):
             per_v[ki][k][v] = (b[at + r], fd[at + r])
         at += len(rows)
+    kept_rows = memo.get(("stage rows",))
+    if kept_rows is None:
+        kept_rows = memo["stage rows",] = IdentityCache(math.inf)
     for (items, A, S, _, _, _), pv, lv in zip(kept, per_v, live):
         for k, it in enumerate(items):
-            memo["stage rows", id(it[0]), tuple(idx)] = (it[0], (A[k], S[k], it[5], pv[k], it[1], it[2]),
-                                                         math.inf if lv[k] else ceiling_s)
+            kept_rows.put((id(it[0]), tuple(idx)), it[0], ((A[k], S[k], it[5], pv[k], it[1], it[2]),
+                                                           math.inf if lv[k] else ceiling_s))
 
 
 def _relaxed_rows(kept: list, rel: list, n: int) -> np.ndarray:
@@ -741,6 +751,11 @@ def _block_syncs(inst, b, idx: list[int], uniq: tuple, where: np.ndarray, syncs:
     return gd
 
 
+def _modes_key(modes_left) -> tuple:
+    """A block's modes_left as _least_syncs' key reads them, each admitted set sorted."""
+    return tuple((sp, zero, tuple(sorted(admitted))) for sp, zero, admitted in modes_left)
+
+
 def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: dict, net) -> dict:
     """(ZeRO stage, v) -> (g, d) of unpriced_memory (sync_terms: build's per-layer sync and a
     floor of its stage sync) of the stages on group g of block b's lone class, scenario i, each
@@ -754,11 +769,11 @@ def _least_syncs(inst, b, i: int, g: int, syncs: dict, memo: dict, layer_memo: d
     (a floor of every layer-plan combination's, as the layer floors here are)."""
     c = b.classes[0]
     # the blocks share their modes_left objects (one per layout's invariants): its key once each
-    modes = syncs.get(("modes", id(b.modes_left)))
-    if modes is None or modes[0] is not b.modes_left:
-        modes = syncs["modes", id(b.modes_left)] = (
-            b.modes_left, tuple((sp, zero, tuple(sorted(admitted))) for sp, zero, admitted in b.modes_left))
-    key = (i, g, b.tp_of(g), bool(b.group_tp), b.cp, b.micro_batch, c.pp > 1, c.replicas, modes[1], b.vs, b.recompute)
+    modes_of = syncs.get(("modes",))
+    if modes_of is None:
+        modes_of = syncs["modes",] = IdentityCache(math.inf)
+    modes = modes_of.read(id(b.modes_left), b.modes_left, _modes_key, b.modes_left)
+    key = (i, g, b.tp_of(g), bool(b.group_tp), b.cp, b.micro_batch, c.pp > 1, c.replicas, modes, b.vs, b.recompute)
     got = syncs.get(key)
     if got is not None:
         return got

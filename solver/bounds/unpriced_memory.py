@@ -85,6 +85,7 @@ from paraplan.cost.coefficients import (StageCoefficients, in_flight_micro_batch
                                         megatron_layer, stage_outer, sync_floor_s)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.framework import grad_reduce_overlaps
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.memory import gathered_per_step
 from paraplan.cost.objective import capped_memory
 from paraplan.cost.stage_memory import stage_memory
@@ -394,12 +395,14 @@ def _shared_rings(inst, o, idx: list[int], layer_memo: dict) -> tuple:
     one after another (_ring_site's key hashes every class: 8 types x 8 nodes, 15,172 classes
     looked up 19,136 sites)."""
     last = layer_memo.get("shared rings")
-    if last is not None and last[0] is o and last[1] == tuple(idx):
-        return last[2]
+    if last is None:
+        last = layer_memo["shared rings"] = IdentityCache(1)
+    return last.read((id(o), tuple(idx)), o, _read_shared_rings, inst, o, idx, layer_memo)
+
+
+def _read_shared_rings(inst, o, idx: list[int], layer_memo: dict) -> tuple:
     anchor = o.classes[0].stage_groups[0]  # any group of the classes: the same ring
-    rings = tuple((site.dp_link, site.edp_link) for site in (_ring_site(inst, o, i, anchor, layer_memo) for i in idx))
-    layer_memo["shared rings"] = (o, tuple(idx), rings)
-    return rings
+    return tuple((site.dp_link, site.edp_link) for site in (_ring_site(inst, o, i, anchor, layer_memo) for i in idx))
 
 
 def _memory_key(o, co, stage_groups: tuple, groups: list[int]) -> tuple:
@@ -462,16 +465,10 @@ def sync_key(inst, o, i: int, g: int, sp: bool, rc, zero: int, pp: int, v: int) 
 def _overlaps(job, pp: int, v: int, zero: int) -> bool:
     """framework.grad_reduce_overlaps, which reads of pp and v only whether each is 1 (kept by
     those: 212,000 calls took 9 s of the 4 x 16 row's profile)."""
-    key = (id(job), pp == 1, v == 1, zero)
-    hit = _OVERLAPS.get(key)
-    if hit is None or hit[0] is not job:
-        if len(_OVERLAPS) >= 4096:  # many instances in a test session
-            _OVERLAPS.clear()
-        hit = _OVERLAPS[key] = (job, grad_reduce_overlaps(job, pp, v, zero))
-    return hit[1]
+    return _OVERLAPS.read((id(job), pp == 1, v == 1, zero), job, grad_reduce_overlaps, job, pp, v, zero)
 
 
-_OVERLAPS: dict[tuple, tuple] = {}
+_OVERLAPS = IdentityCache(4096)  # many instances in a test session
 
 
 def sync_terms(inst, o, co, i: int, g: int, lt, layer_memo: dict, net) -> tuple[float, float]:

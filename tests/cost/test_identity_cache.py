@@ -34,3 +34,30 @@ def test_full_memo_cleared_whole_and_one_slot():
     for r in owners + owners[-1:]:
         one.read(id(r), r, made.append, id(r))
     assert len(made) == 6 and list(one.entries) == [id(owners[2])]  # the last asked served again
+
+
+def test_pair_made_once_per_pair_of_owners():
+    memo, made = IdentityCache(8), []
+    a, b, c = Record(), Record(), Record()
+    make = lambda x, y: made.append((x, y)) or (x, y)  # noqa: E731
+    assert memo.read_pair((id(a), id(b)), a, b, make, a, b) == (a, b)
+    assert memo.read_pair((id(a), id(b)), a, b, make, a, b)[1] is b and len(made) == 1
+    # either owner of another identity under the same key (a reused id) is made again
+    assert memo.read_pair((id(a), id(b)), a, c, make, a, c)[1] is c and len(made) == 2
+    assert memo.read_pair((id(a), id(b)), c, c, make, c, c)[0] is c and len(made) == 3
+    hit = memo.entries[id(a), id(b)]
+    assert hit[0] is c and hit[1] is c  # the entry holds both owners alive
+    memo.clear()
+    assert not memo.entries
+
+
+def test_get_and_put_as_read_split_in_two():
+    memo = IdentityCache(2)
+    a, b = Record(), Record()
+    assert memo.get(id(a), a) is None
+    memo.put(id(a), a, "kept")
+    assert memo.get(id(a), a) == "kept" and memo.get(id(a), b) is None  # another owner, same id
+    assert memo.read(id(a), a, lambda: "made") == "kept"  # read finds what put kept
+    memo.put(id(b), b, 1)
+    memo.put(1, a, 2)  # full: cleared whole
+    assert list(memo.entries) == [1]

@@ -99,7 +99,7 @@ def test_an_moe_layers_attention_view_is_kept_by_its_dense_fields():
     for o in outers:
         site = homogeneous_placement(inst.cluster.one_group, o).sites[0]
         warm.append(megatron_layer(inst, o, site, NetEfficiency()))
-    views = sum(1 for key in coefficients._EXPERT_FREE if key[0] == "view")
+    views = sum(1 for key in coefficients._EXPERT_FREE.entries if key[0] == "view")
     assert views < len(outers)  # shared, so the comparison below is not vacuous
     for o, w in zip(outers, warm):
         coefficients._EXPERT_FREE.clear()

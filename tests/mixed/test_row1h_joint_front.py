@@ -14,6 +14,7 @@ import pytest
 from randinst import group_tp_instance, random_cluster_instance
 from test_row1f_joint_ahead import _families
 
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.solver.bounds import unpriced_memory
 from paraplan.solver.bounds.stage_families import StageFamily
 from paraplan.solver.space import declared_outers
@@ -73,7 +74,8 @@ def _others_keys(seed: int, stale: bool) -> tuple[int, int]:
             for k, c in enumerate(o.classes):
                 groups = sorted(set(c.stage_groups))
                 if stale and first is not None:
-                    memo["shared rings"] = (o, tuple(idx), first)
+                    memo["shared rings"] = IdentityCache(1)
+                    memo["shared rings"].entries[id(o), tuple(idx)] = (o, first)
                 got = unpriced_memory._others_key(inst, o, k, groups, idx, memo)
                 first = got[-1] if first is None else first
                 differ += got != unpriced_memory._others_key(inst, o, k, groups, idx, {})

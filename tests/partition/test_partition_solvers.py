@@ -115,7 +115,7 @@ def test_every_plan_is_dominated_by_a_candidate(zero, dp_nodes, sp, seq_len):
     pl = homogeneous_placement(inst.cluster.one_group, o)
     PP._FRONTS.clear()
     cands, cand_rows = PP._candidates(inst, o, pl.sites[0], pl.dp_ranks, NET)
-    plan_only = [k[2] is None for k in PP._FRONTS]
+    plan_only = [k[2] is None for k in PP._FRONTS.entries]
     assert plan_only == [seq_len == 4096 or zero == 3]
     cand_c = [_derived(build(inst, o, NET, placement=pl, layer_fn=P.partition_layer_fn(p))) for p in cands]
     table = P.table_for(inst, o, pl.sites[0], NET)
