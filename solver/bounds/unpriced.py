@@ -37,6 +37,7 @@ import dataclasses
 import operator
 import time
 from collections import defaultdict
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from paraplan.cost.specs import PipelineSchedule, ZeroBubble
 from paraplan.cost.zero_bubble import W_PASSES_SAVED, weight_grad_share
 from paraplan.solver.bounds.batched import balanced_splits, relaxed_s
 
-CLOCK_EVERY = 64  # outers bounded between two looks at the clock
+CLOCK_EVERY = 1024  # outers bounded between two looks at the clock (a chunk read at once)
 from paraplan.solver.partition_plans import optimistic_terms, plan_rows
 
 
@@ -116,85 +117,106 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     fields = [f for f in (MOE_LAYER_FIELDS if moe else DENSE_LAYER_FIELDS) if f not in ("tp", "pp")]
     read_fields = operator.attrgetter(*fields)  # one tuple per outer, read in C
     v_at = fields.index("virtual_stages") if "virtual_stages" in fields else None
-    by_class: dict[tuple, tuple] = {}  # (scenario, degrees, modes, class shape) -> t row
-    # The same, keyed by the fields as the outer holds them (v itself, not whether it
-    # interleaves), and each entry's rows by (v, slots): per outer two lookups of small tuples,
-    # where keying the distinct rows hashed each class's row of floats (GPT-3 175B: 29,858
-    # outers, 0.4 -> 0.2 s of CPU for this function). A finer key of the same values: the
-    # rows are the same floats, first met in the same order.
-    entry_of: dict[tuple, int] = {}
-    entries: list[tuple] = []
-    row_at: dict[tuple, int] = {}  # (entry, v, embedding slot, loss slot) -> distinct row index
+    # An outer's rows are read in two steps (issue 33: DeepSeek-V3 on 2,048 H800 with idle GPUs
+    # lists 968,605 outers, each its own fields, its rows looked up class by class in Python):
+    # its entries, one per (scenario, class), read what its modes key holds (tp, group_tp, the
+    # layer fields but v, whether it interleaves, its classes' stage groups: the blocks of one
+    # layout at other replica counts share them, 934,256 modes keys by classes tuple, 194,308 by
+    # stage groups); each entry's row
+    # then reads the slot (v, embedding and loss slots, zero-bubble mode). Each step looks up
+    # only the keys a chunk of outers has not met (dict.fromkeys, map in C), and an outer takes
+    # the rest in C: the same rows, first met in the same order of outers.
+    read_modes = _READ_MODES[moe]
+    entry_of: dict[tuple, int] = {}  # (scenario, tp, group_tp, modes, stage groups) -> entry
+    entries: list[tuple] = []  # (t row, a_0, a_last) per entry
+    entry_outer: list = []  # per entry, an outer of its modes key (_zero_bubble_row reads its modes)
+    entries_of: dict[tuple, tuple[int, ...]] = {}  # modes key -> its entries, scenario by scenario
+    groups_of: dict[int, tuple] = {}  # id(classes) -> the classes' stage groups
+    slot_at: dict[tuple, int] = {}  # slot -> index in `slots`
+    slots: list[tuple] = []
+    row_at: dict[tuple[int, int], int] = {}  # (entry, slot) -> distinct row index
     shape_of: dict[int, int] = {}  # id(classes) -> index in `shapes` (the tuples outlive this call)
     shapes: list[tuple] = []
     shape_at, v_of, mb_of, paired_of = [], [], [], []  # per outer
     paired_by_ep: dict[int, bool] = {}
 
-    def outer_rows(o, raw: tuple, v: int) -> list[int]:
-        """The distinct rows of o's (scenario, class) pairs, scenario by scenario, adding
-        those not met so far (`entries`, `rows`)."""
+    def outer_entries(o) -> tuple[int, ...]:
+        """The entries of o's (scenario, class) pairs, scenario by scenario, adding those not
+        met so far (`entries`)."""
+        raw = read_fields(o)
+        # an MoE layer reads v only through whether it interleaves (moe.a2a_overlap_applies), as
+        # it reads pp only through _pipelined: the v values the embedding / loss slots bring in
+        # (v dividing L + 1 or L + 2) share one floor
+        modes = raw if v_at is None else raw[:v_at] + (o.virtual_stages > 1,) + raw[v_at + 1:]
         met = []
         for i in idx:
             for k, c in enumerate(o.classes):
-                ek = (i, o.tp, o.group_tp, raw, c.stage_groups)
-                e = entry_of.get(ek)
+                ck = (i, o.tp, o.group_tp, modes, c.stage_groups)
+                e = entry_of.get(ck)
                 if e is None:
-                    # an MoE layer reads v only through whether it interleaves
-                    # (moe.a2a_overlap_applies), as it reads pp only through _pipelined: the v
-                    # values the embedding / loss slots bring in (v dividing L + 1 or L + 2)
-                    # share one floor
-                    modes = raw if v_at is None else raw[:v_at] + (v > 1,) + raw[v_at + 1:]
-                    ck = (i, o.tp, o.group_tp, modes, c.stage_groups)
-                    t = by_class.get(ck)
-                    if t is None:
-                        per_group = {g: floor(i, o, k, g, modes) for g in set(c.stage_groups)}
-                        t = by_class[ck] = (_canonical_row([per_group[g] for g in c.stage_groups]),
-                                            first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
-                                            last_stage_term(i, o, c.stage_groups[-1], modes, c.pp))
-                    e = entry_of[ek] = len(entries)
-                    entries.append(t)
-                rk = (e, v, o.embedding_in_split, o.loss_in_split, o.zero_bubble)  # e keys the modes w reads
-                r = row_at.get(rk)
-                if r is None:
-                    r = row_at[rk] = rows.setdefault(_zero_bubble_row(_slot_row(entries[e], o, L), inst, o),
-                                                     len(rows))
-                met.append(r)
-        return met
+                    per_group = {g: floor(i, o, k, g, modes) for g in set(c.stage_groups)}
+                    e = entry_of[ck] = len(entries)
+                    entries.append((_canonical_row([per_group[g] for g in c.stage_groups]),
+                                    first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
+                                    last_stage_term(i, o, c.stage_groups[-1], modes, c.pp)))
+                    entry_outer.append(o)
+                met.append(e)
+        return tuple(met)
 
-    # Per outer, its rows of every (scenario, class), kept by what they read: the entry keys'
-    # fields and its classes (by id, as shape_of), and the row keys' v, slots and zero-bubble
-    # mode. Outers that differ only in where their classes sit share them (row 1, 8 types x 8
-    # nodes: 43,896 outers, 21,848 such keys), and one met again takes its rows in one extend,
-    # not two lookups per class and scenario: the same rows, first met in the same order.
-    rows_of_outer: dict[tuple, list[int]] = {}
+    def pair_row(e: int, s: int) -> int:
+        """The distinct row of entry e at slot s (added if not met)."""
+        v, emb, loss, zb = slots[s]
+        row = _zero_bubble_row(_slot_row(entries[e], emb, loss, v, L), inst, zb, entry_outer[e])
+        return rows.setdefault(row, len(rows))
+
+    def add_chunk(chunk: list) -> None:
+        classes = list(map(_CLASSES, chunk))
+        ids = list(map(id, classes))
+        vs = list(map(_V, chunk))
+        classes_at = dict(zip(ids, classes))
+        for cid in classes_at:
+            if cid not in shape_of:
+                shape_of[cid] = len(shapes)
+                shapes.append(classes_at[cid])
+                groups_of[cid] = tuple(c.stage_groups for c in classes_at[cid])
+        keys = list(zip(map(read_modes, chunk), map(groups_of.__getitem__, ids),
+                        map((1).__lt__, vs) if v_at is not None else repeat(None)))
+        first = dict(zip(reversed(keys), reversed(chunk)))  # each key's first outer
+        for key in dict.fromkeys(keys):  # first met first: the entries (and floors) in order
+            if key not in entries_of:
+                entries_of[key] = outer_entries(first[key])
+        slot = list(map(_READ_SLOT, chunk))
+        for x in dict.fromkeys(slot):
+            if x not in slot_at:
+                slot_at[x] = len(slots)
+                slots.append(x)
+        pairs = list(zip(chain.from_iterable(map(entries_of.__getitem__, keys)),
+                         chain.from_iterable(map(repeat, map(slot_at.__getitem__, slot),
+                                                 map(n.__mul__, map(len, classes))))))
+        for pr in dict.fromkeys(pairs):
+            if pr not in row_at:
+                row_at[pr] = pair_row(*pr)
+        row_of.extend(map(row_at.__getitem__, pairs))
+        shape_at.extend(map(shape_of.__getitem__, ids))
+        v_of.extend(vs)
+        mb_of.extend(map(_MICRO_BATCH, chunk))
+        eps = list(map(_EP, chunk))
+        for ep in dict.fromkeys(eps):
+            if ep not in paired_by_ep:
+                paired_by_ep[ep] = pairs_unpipelined_micro_batches(inst.job, ep)
+        paired_of.extend(map(paired_by_ep.__getitem__, eps))
+
+    n = len(idx)
     reached = len(outers)
-    for j, o in enumerate(outers):
-        if deadline is not None and j % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+    for j in range(0, len(outers), CLOCK_EVERY):
+        if deadline is not None and time.perf_counter() > deadline:
             reached = j
             break
-        raw = read_fields(o)
-        v = o.virtual_stages
-        ok = (o.tp, o.group_tp, raw, id(o.classes), v, o.embedding_in_split, o.loss_in_split, o.zero_bubble)
-        met = rows_of_outer.get(ok)
-        if met is None:
-            met = rows_of_outer[ok] = outer_rows(o, raw, v)
-        row_of.extend(met)
-        sh = shape_of.get(id(o.classes))
-        if sh is None:
-            sh = shape_of[id(o.classes)] = len(shapes)
-            shapes.append(o.classes)
-        shape_at.append(sh)
-        v_of.append(v)
-        mb_of.append(o.micro_batch)
-        paired = paired_by_ep.get(o.ep)
-        if paired is None:
-            paired = paired_by_ep[o.ep] = pairs_unpipelined_micro_batches(inst.job, o.ep)
-        paired_of.append(paired)
+        add_chunk(outers[j:j + CLOCK_EVERY])
     A, S = _kept_split_terms(list(rows), single.setdefault(("split terms",), {}))
     at = np.array(row_of, np.int64)
     out = np.zeros(len(outers))  # the outers past `reached` keep 0
     outers = outers[:reached]
-    n = len(idx)
     shape_at = np.array(shape_at, np.int64)
     classes_of = np.array([len(cs) for cs in shapes] or [0], np.int64)[shape_at]  # per outer
     first = np.cumsum(n * classes_of) - n * classes_of  # its first entry in row_of
@@ -346,6 +368,12 @@ def _layer_key(i: int, g: int, tp: int, fields: tuple) -> tuple:
 # MoE layer reads only whether there is a pipeline). The same tuples as reading them one by one.
 _READ_DENSE_FIELDS = operator.attrgetter(*(f for f in DENSE_LAYER_FIELDS if f != "tp"))
 _READ_MOE_FIELDS = operator.attrgetter(*(f for f in MOE_LAYER_FIELDS if f not in ("tp", "pp")))
+# an outer's fields floor_bounds_s reads one by one, in C over a chunk of outers: its modes key's
+# (tp, group_tp and the layer fields but pp and v; by whether the model is MoE), its slot's
+_READ_MODES = {moe: operator.attrgetter("tp", "group_tp", *(f for f in fields if f not in ("tp", "pp", "virtual_stages")))
+               for moe, fields in ((True, MOE_LAYER_FIELDS), (False, DENSE_LAYER_FIELDS))}
+_READ_SLOT = operator.attrgetter("virtual_stages", "embedding_in_split", "loss_in_split", "zero_bubble")
+_CLASSES, _V, _MICRO_BATCH, _EP = (operator.attrgetter(f) for f in ("classes", "virtual_stages", "micro_batch", "ep"))
 
 
 def _moe_layer_key(job, i: int, g: int, lo) -> tuple:
@@ -382,33 +410,34 @@ def _canonical_row(t: list[float]) -> tuple[float, ...]:
     return (t[0], *sorted(t[1:-1]), t[-1])
 
 
-def _slot_row(t: tuple, o, layers: int) -> tuple:
+def _slot_row(t: tuple, e: bool, l: bool, v: int, layers: int) -> tuple:
     """The distinct row (t row, a_0, a_last, v, layers) of a class's floors `t` = (t row, a_0,
-    a_last). With the embedding / loss counted as a layer slot (o's flags) the row of its
+    a_last) at v virtual stages. With the embedding / loss counted as a layer slot (the outer's
+    embedding_in_split `e`, loss_in_split `l`) the row of its
     relaxation in whole chunks, as one_class.slot_relaxation: stage s holds n'_s = n_s + o_s
     layers of L + e + l, a'_s = a_s - o_s t_s, so a'_s + n'_s t_s = a_s + n_s t_s on every
     split, and the bounds below hold for the flagged splits."""
     row, a0, alast = t
-    e, l = o.embedding_in_split, o.loss_in_split
     if e or l:
         a0, alast = a0 - e * row[0], alast - l * row[-1]
-    return (row, a0, alast, o.virtual_stages, layers + e + l)
+    return (row, a0, alast, v, layers + e + l)
 
 
-def _zero_bubble_row(row: tuple, inst, o) -> tuple:
+def _zero_bubble_row(row: tuple, inst, zero_bubble, o) -> tuple:
     """`row` (t row, a_0, a_last, v, layers) with the share of a pass a zero-bubble schedule
+    `zero_bubble` (None, or an outer's zero_bubble; o: an outer of the row's modes)
     keeps (cost/zero_bubble.py): each stage's pass through the fill and drain costs
     T_s - k W_s >= a_s + n_s (1 - k w) t_s, so S = sum_s a_s + L (1 - k w) min_s t_s bounds
     the sum term, and the pacing term (v m - 1) T_s + k W_s is at least (v m - 1) A. Under
     ZBVZeroBubble the V puts the output layer on the first stage (zero_bubble.v_shaped):
     a_last moves to a_0. 1 (and the row as it was) under 1F1B / interleaved."""
-    if o.zero_bubble is None:
+    if zero_bubble is None:
         return (*row, 1.0)
     t, a0, alast, v, layers = row
-    if o.zero_bubble is ZeroBubble.V:
+    if zero_bubble is ZeroBubble.V:
         a0, alast = a0 + alast, 0.0
     w = weight_grad_share(inst.model, o.micro_batch, o.tp, o.cp, o.sequence_parallel)
-    return (t, a0, alast, v, layers, 1.0 - W_PASSES_SAVED[o.zero_bubble] * w)
+    return (t, a0, alast, v, layers, 1.0 - W_PASSES_SAVED[zero_bubble] * w)
 
 
 def _kept_split_terms(rows: list[tuple], kept: dict[tuple, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
