@@ -99,6 +99,7 @@ import numpy as np
 from paraplan.cost.objective import parse_objective
 from paraplan.cost.releases import describe
 from paraplan.cost.dies import MIN_ROWS_PER_DIE, die  # GPUs that share a compute die share a record
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.memory_fill import peak_memory_fraction, row_memory_fill  # noqa: F401 (read here)
 from paraplan.cost.plan_specs import Plan
 from paraplan.cost.specs import Instance
@@ -1042,9 +1043,7 @@ def objective_factors(inst, configs) -> np.ndarray:
     read objective_factor_of 22,954 times, now 385; issue 33)."""
     if inst.search.objective == "mean":
         return np.ones(len(configs))
-    if _FACTORS_BY_USE[0] is not inst:
-        _FACTORS_BY_USE[:] = [inst, {}]
-    by_use = _FACTORS_BY_USE[1]
+    by_use = _FACTORS_BY_USE.read(id(inst), inst, dict)
     memo: dict[tuple, float] = {}
     out = np.empty(len(configs))
     for j, modes in enumerate(configs):
@@ -1061,9 +1060,9 @@ def objective_factors(inst, configs) -> np.ndarray:
     return out
 
 
-# objective_factors' last instance (held, so that its identity is not reused) and its factors
-# by what objective_factor_of reads of a configuration
-_FACTORS_BY_USE: list = [None, {}]
+# objective_factors' factors of the last instance by what objective_factor_of reads of a
+# configuration
+_FACTORS_BY_USE = IdentityCache(1)
 
 
 def objective_factor_of(inst, modes) -> float:
