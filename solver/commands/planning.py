@@ -128,8 +128,8 @@ def cmd_plan_top(args, read) -> int:
     # each plan's trust interval (its own distance from the published runs, as `compare` reads
     # it), printed beside its time and used for the time to train at its simulated time
     trusts = [plan_trust(inst, r.plan, r.breakdown.iter_time_s) for r in res.ranked]
-    costs = [None if inst.job.train_tokens is None else plan_train_cost(inst, r.breakdown.iter_time_s, t)
-             for r, t in zip(res.ranked, trusts)]
+    # None without job.train_tokens (cost/train_cost.train_cost)
+    costs = [plan_train_cost(inst, r.breakdown.iter_time_s, t) for r, t in zip(res.ranked, trusts)]
     if args.json:
         if args.output:  # the files are named in the text output only
             _write_top_plans(args, inst, read, res, objective)
