@@ -194,11 +194,9 @@ def apply_params(catalogue: Catalogue, values: dict[str, float], params: Sequenc
 
 
 def family_weights(rows: Sequence[dict]) -> list[float]:
-    """1 / (rows of the family) / (families): each source family weighs 1 / families."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[source_family(r).name] = counts.get(source_family(r).name, 0) + 1
-    return [1.0 / counts[source_family(r).name] / len(counts) for r in rows]
+    """Each calibration row's weight: each source family weighs 1 / families (trust.family_weights)."""
+    from paraplan.cost.trust import family_weights as weights
+    return weights(rows, [source_family(r).name for r in rows])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -349,12 +349,14 @@ def log_quantile_interval(predicted_s: float, log_errors: Sequence[float],
     return predicted_s * math.exp(-r_hi), predicted_s * math.exp(-r_lo)
 
 
-def family_weights(res: Sequence[Residual]) -> list[float]:
-    """1 / (residuals of the family) / (families): each source family weighs the same."""
+def family_weights(res: Sequence, families: Sequence[str] | None = None) -> list[float]:
+    """1 / (items of the family) / (families): each source family weighs the same. `families`:
+    each item's source family, where the items are not residuals (cost/fit.py's rows)."""
+    families = [r.features.family for r in res] if families is None else families
     counts: dict[str, int] = {}
-    for r in res:
-        counts[r.features.family] = counts.get(r.features.family, 0) + 1
-    return [1.0 / counts[r.features.family] / len(counts) for r in res]
+    for fam in families:
+        counts[fam] = counts.get(fam, 0) + 1
+    return [1.0 / counts[fam] / len(counts) for fam in families]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

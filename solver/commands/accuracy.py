@@ -390,14 +390,12 @@ def moe_cross_validation(moe, refit: bool, write: bool, log):
 def moe_cv_json(cv) -> dict:
     from paraplan.cost.moe_fit import by_table, mean_abs
     rows, mapping, source = cv
-    return {"source": source,
-            "out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rows]),
-            "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rows]),
-            "rows": len(rows), "tables": len(by_table(rows)),
-            "by_table": {t: {"rows": len(rs),
-                             "out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rs]),
-                             "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rs])}
-                         for t, rs in by_table(rows).items()},
+
+    def errors(rs) -> dict:
+        return {"out_of_sample_mean_abs_error_pct": mean_abs([r.out_of_sample_error_pct for r in rs]),
+                "in_sample_mean_abs_error_pct": mean_abs([r.in_sample_error_pct for r in rs])}
+    return {"source": source, **errors(rows), "rows": len(rows), "tables": len(by_table(rows)),
+            "by_table": {t: {"rows": len(rs), **errors(rs)} for t, rs in by_table(rows).items()},
             "by_row": {r.id: {"table": r.table, "in_sample_error_pct": r.in_sample_error_pct,
                               "out_of_sample_error_pct": r.out_of_sample_error_pct} for r in rows},
             "fitted": mapping["fitted"], "fitted_on_bound": mapping["fitted_on_bound"],
@@ -405,42 +403,38 @@ def moe_cv_json(cv) -> dict:
 
 
 def moe_cv_text(cv) -> str:
-    from paraplan.cost.moe_fit import by_table, mean_abs
     from paraplan.solver.format import table
-    rows, mapping, source = cv
-    groups = by_table(rows)
-    bound = mapping["fitted_on_bound"]
-    lines = [f"mixture-of-experts anchors, leave one table out ({source}): each table's rows predicted"
+    js, bound = moe_cv_json(cv), cv[1]["fitted_on_bound"]
+    lines = [f"mixture-of-experts anchors, leave one table out ({js['source']}): each table's rows predicted"
              " with the MoE parameters fitted on the other tables (cost/moe_fit.py):",
              table(["table", "rows", "out of sample mean |error|", "in sample mean |error|"],
-                   [[t, str(len(rs)), f"{mean_abs([r.out_of_sample_error_pct for r in rs]):.1f}%",
-                     f"{mean_abs([r.in_sample_error_pct for r in rs]):.1f}%"] for t, rs in groups.items()],
+                   [[t, str(g["rows"]), f"{g['out_of_sample_mean_abs_error_pct']:.1f}%",
+                     f"{g['in_sample_mean_abs_error_pct']:.1f}%"] for t, g in js["by_table"].items()],
                    align="lrrr"),
              f"out of sample (each table left out): mean |error| "
-             f"{mean_abs([r.out_of_sample_error_pct for r in rows]):.1f}% over {len(rows)} anchors of"
-             f" {len(groups)} tables; in sample: {mean_abs([r.in_sample_error_pct for r in rows]):.1f}%",
+             f"{js['out_of_sample_mean_abs_error_pct']:.1f}% over {js['rows']} anchors of"
+             f" {js['tables']} tables; in sample: {js['in_sample_mean_abs_error_pct']:.1f}%",
              "fitted on every table: " + ", ".join(
                  f"{k} {v:g}" + (f" (on its {bound[k]} bound)" if k in bound else "")
-                 for k, v in mapping["fitted"].items())]
+                 for k, v in js["fitted"].items())]
     return "\n".join(lines)
 
 
 def _head_to_head_lines(moe) -> list[str]:
-    """The published tables' head-to-heads (cost/moe_anchors.head_to_heads): how many pairs of
+    """The published tables' head-to-heads (moe_head_to_heads_json): how many pairs of
     configurations paraplan orders as they were measured, and each one it orders wrong."""
-    from paraplan.cost.moe_anchors import head_to_heads
-    pairs = head_to_heads(moe)
-    lines = [f"head-to-heads: {sum(p.right for p in pairs)} / {len(pairs)} pairs of one published"
+    pairs = moe_head_to_heads_json(moe)
+    return ([f"head-to-heads: {pairs['right']} / {pairs['total']} pairs of one published"
              " table (published TF/GPU more than 5% apart) ordered right"]
-    for p in pairs:
-        if not p.right:
-            lines.append(f"  wrong: {p.faster} measured {p.published_tflops_per_gpu[0]:,.0f} >"
-                         f" {p.slower} {p.published_tflops_per_gpu[1]:,.0f} TF/GPU, priced"
-                         f" {p.paraplan_tflops_per_gpu[0]:,.1f} vs {p.paraplan_tflops_per_gpu[1]:,.1f}")
-    return lines
+            + [f"  wrong: {p['faster_measured']} measured {p['published_tflops_per_gpu'][0]:,.0f} >"
+               f" {p['slower_measured']} {p['published_tflops_per_gpu'][1]:,.0f} TF/GPU, priced"
+               f" {p['paraplan_tflops_per_gpu'][0]:,.1f} vs {p['paraplan_tflops_per_gpu'][1]:,.1f}"
+               for p in pairs["wrong"]])
 
 
 def moe_head_to_heads_json(moe) -> dict:
+    """cost/moe_anchors.head_to_heads of the priced anchors: how many pairs are ordered right,
+    and each one ordered wrong."""
     from paraplan.cost.moe_anchors import head_to_heads
     pairs = head_to_heads(moe)
     return {"right": sum(p.right for p in pairs), "total": len(pairs),

@@ -81,24 +81,22 @@ def cmd_replan(args) -> int:
     from paraplan.cost.readers.scenarios import load_event
     from paraplan.cost.readers.plan_reader import load_plan
     from paraplan.solver.dynamic import replan
-
     from paraplan.solver.commands.inputs import read_instance
 
     check_output_path(args.output, "-o/--output")  # before anything is solved
-    read = read_instance(args)
-    inst = read  # a homogeneous cluster is the one-group case: its group is named after its GPU
+    inst = read_instance(args)  # a homogeneous cluster is the one-group case: its group is named after its GPU
     current = load_plan(args.plan, inst)
     event, remaining_s, remaining_it = load_event(args.event, inst)
     r = replan(inst, current, event, remaining_s, remaining_it, args.backend, args.time_limit_s)
+    after = inst.with_cluster(event.cluster)  # the instance on the network after the event
     try:
-        return _show_replan(args, inst, r, _replan_trusts(inst.with_cluster(event.cluster), current, r))
+        return _show_replan(args, inst, r, _replan_trusts(after, current, r))
     finally:  # after the result is shown: a full disk loses nothing
         if args.output and r.new.plan is not None:
             header = (f"# paraplan replan of {inst.name} after {event.name}: {r.new.status},"
                       f" {r.new.objective_s:.6g} s per iteration\n")
             # with the instance after the event (the cluster the new plan runs on), so that the
             # file reads back alone: `simulate NEW.yaml` prices the new plan on the changed network
-            after = inst.with_cluster(event.cluster)
             write_plan_file(args.output, header, plan_file(after, r.new.plan, after))
 
 

@@ -118,6 +118,7 @@ def cmd_plan_top(args, read) -> int:
     it): the K best plans of distinct outer configurations by the one search with K winners
     (solver/solve.py), for the objective asked for, each re-simulated once."""
     from paraplan.cost.readers.plan_writer import plan_to_mapping
+    from paraplan.cost.trust import plan_trust
     from paraplan.solver.solve import solve
 
     inst, objective, backend = _top_instance(args, read)
@@ -126,8 +127,9 @@ def cmd_plan_top(args, read) -> int:
     best = res.ranked[0].quantile_s if res.ranked else None
     # each plan's trust interval (its own distance from the published runs, as `compare` reads
     # it), printed beside its time and used for the time to train at its simulated time
-    trusts = [_top_trust(inst, r) for r in res.ranked]
-    costs = [_top_train_cost(inst, r, t) for r, t in zip(res.ranked, trusts)]
+    trusts = [plan_trust(inst, r.plan, r.breakdown.iter_time_s) for r in res.ranked]
+    # None without job.train_tokens (cost/train_cost.train_cost)
+    costs = [plan_train_cost(inst, r.breakdown.iter_time_s, t) for r, t in zip(res.ranked, trusts)]
     if args.json:
         if args.output:  # the files are named in the text output only
             _write_top_plans(args, inst, read, res, objective)
@@ -176,21 +178,6 @@ def _top_instance(args, read):
         return read, "nominal", args.backend
     inst, objective = groups.load_mixed(args, read)
     return inst, objective, "milp" if args.backend == "milp" else "cpsat"
-
-
-def _top_trust(inst, ranked):
-    """How far to trust one of --top's plans: cost/trust.plan_trust at its simulated iteration
-    time, as `plan` and `compare` read it."""
-    from paraplan.cost.trust import plan_trust
-    return plan_trust(inst, ranked.plan, ranked.breakdown.iter_time_s)
-
-
-def _top_train_cost(inst, ranked, trust):
-    """The time and cost to train under one of --top's plans at its simulated iteration time,
-    with its trust interval; None without job.train_tokens."""
-    if inst.job.train_tokens is None:
-        return None
-    return plan_train_cost(inst, ranked.breakdown.iter_time_s, trust)
 
 
 def _top_code(res) -> int:
