@@ -111,14 +111,25 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
         if ty.first is None:
             continue
         factor = min(factors_of(b).values())
-        _, zero, _, rc, ep, etp, _, _ = ty.first
+        _, zero, _, rc, _, _, _, _ = ty.first
         for v, emb, loss in ty.vslots:
-            reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
+            for ep, etp in expert_layouts_of(b):
+                reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
     for (sps, rcs), items in reps.items():
         lbs = floor_bounds_s(inst, [o for _, o, _ in items], idx, agg, weights, layer_plans=layer_plans,
                              sp_values=sps, recompute_values=rcs, factors=np.array([f for _, _, f in items]), memo=memo)
         np.minimum.at(out, np.array([bi for bi, _, _ in items], np.int64), lbs)
     return out
+
+
+def expert_layouts_of(b) -> tuple:
+    """The (ep, etp) pairs of block b's configurations, as its representatives read them: of a
+    dense model its first spec's only (its layer floors read no expert layout); of an MoE
+    model every pair some sequence-parallel flag of the block lists (OuterBlock.layouts), a
+    superset of those its specs run (a pair the v = 1 pairing rule skips is kept), so that the
+    least over them is at most each configuration's floor (an MoE layer's floor reads ep and
+    etp: coefficients.MOE_LAYER_FIELDS)."""
+    return tuple(dict.fromkeys([b.tally.first[4:6]] + [x for sp in b.tally.sps for x in b.layouts[sp]]))
 
 
 def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
@@ -235,7 +246,8 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     memo = {} if memo is None else memo
     layer_memo = {} if layer_memo is None else layer_memo
     net = NetEfficiency()
-    read_syncs = per_mode is not None
+    moe = inst.model.moe is not None
+    read_syncs = per_mode is not None and not moe
     out = np.full(len(blocks), np.inf)
     factors_of = _factor_memo(inst, memo)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
@@ -266,8 +278,9 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
         e, l_, vs, plain, slotted = slots
         if _kept_terms(memo, b, idx, ceiling_s) is None:
-            t, h = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
-            fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
+            t, h, a0 = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
+            fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch,
+                              frozenset() if moe else plain, a0 if moe else None, len(uniq) == 1))
         # (its syncs, (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each, read below)
         by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
     if fresh:
@@ -295,24 +308,41 @@ def _block_floors(inst, b, idx: list[int], place: tuple, per_group: dict, layer_
     uniq, where = place
     t = np.empty((len(idx), len(c.stage_groups)))
     h = np.empty(len(idx))
+    a0 = np.empty(len(idx))
     alts = None
     tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
+    reads = _moe_reads(b) if inst.model.moe is not None else None
     for si, i in enumerate(idx):
         tg = {}
         for g in uniq:
-            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute)
+            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, reads)
             got = per_group.get(key)
             if got is None:
                 if alts is None:
                     _, zero, _, _, ep, etp, _, _ = ty.first
-                    alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False)
-                            for sp in ty.sps for rc in b.recompute]
+                    layouts, vs = reads[:2] if reads else (((ep, etp),), (1,))
+                    alts = [b.outer(sp, zero, v, rc, ep, etp, False, False)
+                            for sp in ty.sps for rc in b.recompute for ep, etp in layouts for v in vs]
                 terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
-                got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
+                got = per_group[key] = tuple(min(x[j] for x in terms) for j in range(3))
             tg[g] = got
         t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
-        h[si] = tg[c.stage_groups[-1]][1]
-    return t, h
+        h[si] = tg[c.stage_groups[-1]][2]
+        # the dense prefix's extra: of the group that may run the first stage (any before the last)
+        a0[si] = min(tg[g][1] for g in set(c.stage_groups[:-1] or c.stage_groups))
+    return t, h, a0
+
+
+def _moe_reads(b) -> tuple:
+    """What an MoE layer's floor reads of block b beside what a dense layer's does
+    (_block_floors' key): its expert layouts (expert_layouts_of) and, of v, whether it
+    interleaves (one v of each kind the block runs: the floor reads v only so, as
+    unpriced.floor_bounds_s keys it, unpriced._moe_layer_key), and of the depth whether there is
+    a pipeline (the block's one class fixes it; unpriced._pipelined)."""
+    first_of: dict[bool, int] = {}
+    for v, _, _ in b.tally.vslots:
+        first_of.setdefault(v > 1, v)
+    return expert_layouts_of(b), tuple(first_of.values()), b.classes[0].pp > 1
 
 
 # relative slack of _live's test: a bound computed in another order (_keep_terms' test, the
@@ -526,6 +556,7 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
         a = np.zeros_like(t)
         a[:, :, -1] += h
+        s0 = _dense_prefix_terms(items, a)
         N = len(items)
         flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
         A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
@@ -533,6 +564,8 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         e = np.array([x[3] for x in items], float)[:, None]
         l_ = np.array([x[4] for x in items], float)[:, None]
         S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
+        if s0 is not None:
+            S = S + s0
         kept.append((items, A, S, pp, t, h))
         for v in sorted({v for it in items for v in it[6]}):
             rel.append((len(kept) - 1, np.flatnonzero(np.array([v in it[6] for it in items])), v))
@@ -553,6 +586,29 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         for k, it in enumerate(items):
             kept_rows.put((id(it[0]), tuple(idx)), it[0], ((A[k], S[k], it[5], pv[k], it[1], it[2]),
                                                            math.inf if lv[k] else ceiling_s))
+
+
+def _dense_prefix_terms(items: list, a: np.ndarray) -> np.ndarray | None:
+    """An MoE model's dense prefix (unpriced.py's a_0, per scenario the least over the block's
+    flags, expert layouts and v kinds of the groups that may run the first stage: _block_floors)
+    added to _keep_terms' stage terms `a` (rows, scenarios, pp) in place, and returned as what it
+    adds to S (rows, scenarios); None for a dense model (items[k][10] None: a_0 = 0). Through
+    one group the first stage is stage 0 in every order: a_0 is added there, as floor_bounds_s
+    reads it, and to S. Through several the stage that runs it depends on the order the
+    representative stands for, so c = min(a_0, 0) is added to every stage and to S: each
+    configuration's stage terms are at least these (its first stage's a_0 >= c, every other
+    stage's term >= 0 >= c), so min over splits of max_s (a_s + n_s t_s), which c shifts
+    whole, and S = sum_s a_s + ... >= c + ... bound its own (the module docstring: the bound
+    grows with every term). Diagnostics: a_0 is negative where the dense layers are the
+    cheaper, the one term that can be."""
+    if items[0][10] is None:
+        return None
+    a0 = np.stack([x[10] for x in items])  # (rows, scenarios)
+    one = np.array([x[11] for x in items], bool)[:, None]
+    c = np.where(one, 0.0, np.minimum(a0, 0.0))
+    a += c[:, :, None]
+    a[:, :, 0] += np.where(one, a0, 0.0)
+    return np.where(one, a0, c)
 
 
 def _relaxed_rows(kept: list, rel: list, n: int) -> np.ndarray:
