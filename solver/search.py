@@ -906,10 +906,15 @@ class _Partials:
                                                         defer_options=lazy_options)
         memo: dict = {}
         per_block: dict = {}
-        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block)
+        # an MoE model's stage-wise representatives keep their bound per (ZeRO stage, v) too
+        # (layouts._mode_bounds; they read no syncs): read up front, as the syncs' are when popped
+        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block, None if dense else {})
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
         out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block, {},
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
+        if not dense:
+            out.sync_bounds = {k: lb for k, lb in per_block.items() if len(k) > 4}
+            out.synced = {k[0] for k in out.sync_bounds}
         if deferred:
             # imported here: only a search that defers families reads them (issue 33, start-up)
             from paraplan.solver import option_families

@@ -46,9 +46,11 @@ every block there.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -260,6 +262,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     # groups): the blocks repeat a few dozen of them
     syncs, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
     fresh: dict[int, list] = defaultdict(list)  # pp -> the blocks whose sync-free terms are not kept yet
+    moe_fresh: list = []  # of an MoE model (_moe_keep_terms)
     by_pp: dict[int, list] = defaultdict(list)
     for bi, b in enumerate(blocks):
         ty = b.tally
@@ -277,15 +280,21 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         if slot_key not in slot_terms:
             slots = slot_terms[slot_key] = _slot_terms(*slot_key)
         e, l_, vs, plain, slotted = slots
-        if _kept_terms(memo, b, idx, ceiling_s) is None:
-            t, h, a0 = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
-            fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch,
-                              frozenset() if moe else plain, a0 if moe else None, len(uniq) == 1))
+        if moe:
+            if _kept_terms(memo, b, idx) is None:
+                moe_fresh.append((b, (uniq, where), e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch))
+        elif _kept_terms(memo, b, idx, ceiling_s) is None:
+            t, h = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
+            fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
         # (its syncs, (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each, read below)
         by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
     if fresh:
         _keep_terms(memo, idx, fresh, L, agg, weights, ceiling_s)
+    if moe_fresh:
+        _moe_keep_terms(inst, memo, idx, moe_fresh, L, per_group, layer_plans)
     _plain_bounds(memo, idx, by_pp, agg, weights, out)
+    if moe and per_mode is not None:
+        _mode_bounds(memo, idx, by_pp, agg, weights, per_mode)
     if not read_syncs:
         return out
     # the syncs of the blocks whose bound without them can still win (_live): the others' bound
@@ -302,47 +311,39 @@ def _block_floors(inst, b, idx: list[int], place: tuple, per_group: dict, layer_
                   memo: dict) -> tuple[np.ndarray, np.ndarray]:
     """stage_bound_rows' t (scenarios x stages: each stage's least layer floor on its group over
     the block's sequence-parallel flags and recompute modes) and h (per scenario, the least
-    output layer on the last stage's group), each group's pair kept in `per_group` by what it
-    reads."""
+    output layer on the last stage's group) of a dense model's block, each group's terms kept
+    in `per_group` by what they read (_least_terms)."""
     ty, c = b.tally, b.classes[0]
     uniq, where = place
     t = np.empty((len(idx), len(c.stage_groups)))
     h = np.empty(len(idx))
-    a0 = np.empty(len(idx))
-    alts = None
     tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
-    reads = _moe_reads(b) if inst.model.moe is not None else None
     for si, i in enumerate(idx):
         tg = {}
         for g in uniq:
-            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, reads)
+            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, None)
             got = per_group.get(key)
             if got is None:
-                if alts is None:
-                    _, zero, _, _, ep, etp, _, _ = ty.first
-                    layouts, vs = reads[:2] if reads else (((ep, etp),), (1,))
-                    alts = [b.outer(sp, zero, v, rc, ep, etp, False, False)
-                            for sp in ty.sps for rc in b.recompute for ep, etp in layouts for v in vs]
-                terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
-                got = per_group[key] = tuple(min(x[j] for x in terms) for j in range(3))
+                got = per_group[key] = _least_terms(inst, b, i, g, None, layer_plans, memo)
             tg[g] = got
         t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
         h[si] = tg[c.stage_groups[-1]][2]
-        # the dense prefix's extra: of the group that may run the first stage (any before the last)
-        a0[si] = min(tg[g][1] for g in set(c.stage_groups[:-1] or c.stage_groups))
-    return t, h, a0
+    return t, h
 
 
-def _moe_reads(b) -> tuple:
-    """What an MoE layer's floor reads of block b beside what a dense layer's does
-    (_block_floors' key): its expert layouts (expert_layouts_of) and, of v, whether it
-    interleaves (one v of each kind the block runs: the floor reads v only so, as
-    unpriced.floor_bounds_s keys it, unpriced._moe_layer_key), and of the depth whether there is
-    a pipeline (the block's one class fixes it; unpriced._pipelined)."""
-    first_of: dict[bool, int] = {}
-    for v, _, _ in b.tally.vslots:
-        first_of.setdefault(v > 1, v)
-    return expert_layouts_of(b), tuple(first_of.values()), b.classes[0].pp > 1
+def _moe_kinds(b, vs: tuple) -> list[tuple[tuple, tuple]]:
+    """Block b's v values `vs` by kind (v = 1, interleaved), each with what an MoE layer's floor
+    reads of the block beside what a dense layer's does (_block_floors' `reads`, its key): the
+    expert layouts (expert_layouts_of), the kind's first v (the floor reads v only through
+    whether it interleaves, as unpriced.floor_bounds_s keys it: unpriced._moe_layer_key, the
+    all-to-all overlaps) and whether there is a pipeline (the block's one class fixes it;
+    unpriced._pipelined). Read per kind, an interleaved configuration's overlapped all-to-all
+    does not lower the floors of the block's v = 1 ones."""
+    kinds: dict[bool, list[int]] = {}
+    for v in vs:
+        kinds.setdefault(v > 1, []).append(v)
+    return [(tuple(ws), ((lay,), (ws[0],), b.classes[0].pp > 1))
+            for ws in kinds.values() for lay in expert_layouts_of(b)]
 
 
 # relative slack of _live's test: a bound computed in another order (_keep_terms' test, the
@@ -388,6 +389,30 @@ def _plain_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, ou
             agg_b[at:at + len(items)] = best[at:at + len(items)] @ w
             at += len(items)
     out[[it[0] for it in blocks]] = agg_b * factor
+
+
+def _mode_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, per_mode: dict) -> None:
+    """An MoE model's per_mode (stage_bound_rows), which reads no syncs: per block and (ZeRO
+    stage, v) of its configurations (OuterBlock.specs: a ZeRO stage's modes admit some v), the
+    kept relaxed_s of that v aggregated over scenarios, times that ZeRO stage's quantile
+    factor, under (block index, ZeRO stage, v). Each is at most the bound before pricing of
+    every configuration of the block of that ZeRO stage and v (stage_bound_rows: the block's
+    bound, read for one v and one factor, which the configuration's own floors, lo and factor
+    can only raise): the search skips those configurations unlisted where it passes its bar
+    (search._Search._list_layouts), as it does a dense block's read with its syncs. On
+    DeepSeek-V3 / 2,048 H800 with idle GPUs most of the listed block's configurations lay past
+    the bar, those of another v among them."""
+    w = np.asarray(weights, float)
+    for items in by_pp.values():
+        for it in items:
+            b = it[1]
+            kp = _kept_terms(memo, b, idx)
+            for v in it[2]:
+                row = kp[3][v][0]
+                lb = row.max() if agg == "max" else float(row @ w)
+                for zero in dict.fromkeys(z for _, z, admitted in b.modes_left if v in admitted):
+                    if zero in kp[2]:
+                        per_mode[it[0], zero, v] = lb * kp[2][zero]
 
 
 def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: str, weights,
@@ -556,7 +581,6 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         h = np.stack([x[2] for x in items])  # (rows, scenarios)
         a = np.zeros_like(t)
         a[:, :, -1] += h
-        s0 = _dense_prefix_terms(items, a)
         N = len(items)
         flat_t, flat_a = t.reshape(N * n, pp), a.reshape(N * n, pp)
         A = (flat_a + balanced_splits(flat_a, flat_t, L) * flat_t).max(axis=1).reshape(N, n)
@@ -564,8 +588,6 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         e = np.array([x[3] for x in items], float)[:, None]
         l_ = np.array([x[4] for x in items], float)[:, None]
         S = h + L * tmin - e * (tmax - tmin) - l_ * (t[:, :, -1] - tmin)
-        if s0 is not None:
-            S = S + s0
         kept.append((items, A, S, pp, t, h))
         for v in sorted({v for it in items for v in it[6]}):
             rel.append((len(kept) - 1, np.flatnonzero(np.array([v in it[6] for it in items])), v))
@@ -588,27 +610,223 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
                                                            math.inf if lv[k] else ceiling_s))
 
 
-def _dense_prefix_terms(items: list, a: np.ndarray) -> np.ndarray | None:
-    """An MoE model's dense prefix (unpriced.py's a_0, per scenario the least over the block's
-    flags, expert layouts and v kinds of the groups that may run the first stage: _block_floors)
-    added to _keep_terms' stage terms `a` (rows, scenarios, pp) in place, and returned as what it
-    adds to S (rows, scenarios); None for a dense model (items[k][10] None: a_0 = 0). Through
-    one group the first stage is stage 0 in every order: a_0 is added there, as floor_bounds_s
-    reads it, and to S. Through several the stage that runs it depends on the order the
-    representative stands for, so c = min(a_0, 0) is added to every stage and to S: each
+def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_group: dict,
+                    layer_plans: bool) -> None:
+    """stage_bound_rows' terms of an MoE model's blocks `fresh` (each (block, its groups' place,
+    e, l, factor per ZeRO stage, v values, replicas, micro-batches)), kept in `memo` as
+    _keep_terms keeps a dense block's: per v, relaxed_s of the least over the block's expert
+    layouts (ep, etp) of that layout's A and S (_moe_rows: each layout its own floors, dense
+    prefix and output layer, those of the v's kind), fill_drain not read (0: an MoE pipeline's
+    value is not fill_drain's; nor are its syncs read, so A, S and the floors are not kept).
+    Why per layout and not the least floors over layouts: the first stage's dense prefix
+    a_0 = d (dense floor - MoE floor) falls as the MoE floor rises, so the least a_0 and the
+    least floor come from other layouts, and their sum (d x the dense floor less d MoE floors
+    at the dearest layout, plus L at the cheapest) fell far below every configuration's
+    (DeepSeek-V3 on 2,048 H800 with idle GPUs: a pp = 1 block at 7.0 s, its least floor
+    81 s; the search listed 222,065 configurations, 30,366 read per layout). relaxed_s
+    reads each row alone, so every block's rows are priced in one call."""
+    n = len(idx)
+    table = _MoeRows.of(memo, idx)
+    ids, counts, x, lo, M, vv, owners = [], [], [], [], [], [], []
+    for b, place, e, l_, factors, vs, replicas, batches in fresh:
+        by_kind = table.block_rows(inst, b, vs, place, e, l_, memo)
+        pp = float(len(b.classes[0].stage_groups))
+        for v in vs:
+            rows = by_kind[v > 1]
+            ids.append(rows)
+            counts.append(len(rows))
+            x.append(replicas)
+            M.append(batches)
+            lo.append(pp if v > 1 else 1.0)
+            vv.append(float(v))
+        owners.append((b, factors, vs))
+    if not owners:
+        return
+    A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
+    at = np.concatenate(ids)
+    counts = np.array(counts, np.int64)
+    rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
+                    *(np.repeat(np.array(col, float), counts)[:, None, None] for col in (x, lo, M, vv)), False)
+    least = np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0)  # per (block, v)
+    kept_rows = memo.get(("stage rows",))
+    if kept_rows is None:
+        kept_rows = memo["stage rows",] = IdentityCache(math.inf)
+    zero = np.zeros(n)
+    k = 0
+    for b, factors, vs in owners:
+        pv = {}
+        for v in vs:
+            pv[v] = (least[k], zero)
+            k += 1
+        kept_rows.put((id(b), tuple(idx)), b, ((None, None, factors, pv, None, None), math.inf))
+
+
+@dataclass
+class _MoeRows:
+    """The rows of _moe_keep_terms, kept in the floors' memo (one per instance): one per (stage
+    groups, the blocks' tp per group, cp, micro-batch, sequence-parallel flags, recompute modes,
+    expert layout and v kind, slot flags e and l), all a row's A and S read (_moe_rows), shared
+    by the blocks of every replica count that lists that layout; and per block key (the same
+    but every layout of the block's) its rows of each v kind. A and S are priced for the rows
+    not priced yet when they are read (terms)."""
+
+    row_of: dict = dataclasses.field(default_factory=dict)  # row key -> index
+    pending: list = dataclasses.field(default_factory=list)  # (block, place, reads, e, l) of rows not priced
+    blocks: dict = dataclasses.field(default_factory=dict)  # block key -> {interleaved: row indices}
+    kinds: dict = dataclasses.field(default_factory=dict)  # _moe_kinds per what it reads
+    A: np.ndarray | None = None
+    S: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, memo: dict, idx: list[int]) -> "_MoeRows":
+        """The rows kept in `memo` for scenarios `idx`."""
+        got = memo.get(("moe rows", tuple(idx)))
+        if got is None:
+            got = memo["moe rows", tuple(idx)] = cls()
+        return got
+
+    def block_rows(self, inst, b, vs: tuple, place: tuple, e: int, l_: int, memo: dict) -> dict:
+        """{interleaved: row indices} of block b's expert layouts of each v kind."""
+        ty, c = b.tally, b.classes[0]
+        # _moe_kinds reads the block's layouts (one dict per layout's invariants, held here),
+        # the first spec's, its sp flags, its v values and whether it pipelines
+        kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, c.pp > 1)
+        got = self.kinds.get(kk)
+        if got is None:
+            got = self.kinds[kk] = (_moe_kinds(b, vs), b.layouts)
+        kinds = got[0]
+        site = (c.stage_groups, b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
+        key = (site, kk)
+        out = self.blocks.get(key)
+        if out is None:
+            out = {False: [], True: []}
+            for _, reads in kinds:
+                rk = (site, reads)
+                r = self.row_of.get(rk)
+                if r is None:
+                    r = self.row_of[rk] = len(self.row_of)
+                    self.pending.append((b, place, reads, e, l_))
+                out[reads[1][0] > 1].append(r)
+            out = self.blocks[key] = {w: np.array(rs, np.int64) for w, rs in out.items()}
+        return out
+
+    def terms(self, inst, idx: list[int], L: int, per_group: dict, layer_plans: bool,
+              memo: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(A, S) of every row, (rows, scenarios): those pending priced now (_moe_rows)."""
+        if self.pending:
+            A, S = _moe_rows(inst, idx, self.pending, L, per_group, layer_plans, memo)
+            self.A = A if self.A is None else np.concatenate([self.A, A])
+            self.S = S if self.S is None else np.concatenate([self.S, S])
+            self.pending = []
+        return self.A, self.S
+
+
+def _moe_rows(inst, idx: list[int], pending: list, L: int, per_group: dict, layer_plans: bool,
+              memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S), each (rows, scenarios), of the rows `pending` (block, place, reads (_moe_kinds:
+    an expert layout and a v kind), e, l): stage_bound_rows' A and S of that layout's floors
+    (_layout_floors: the least over the block's sequence-parallel flags and recompute modes),
+    with the dense prefix a_0. Through one group the first stage is stage 0 in every order:
+    a_0 is added there, as floor_bounds_s reads it, and to S. Through several the stage that
+    runs it depends on the order the representative stands for, so c = min(a_0, 0) (the least
+    over the groups that may run the first stage) is added to every stage and to S: each
     configuration's stage terms are at least these (its first stage's a_0 >= c, every other
-    stage's term >= 0 >= c), so min over splits of max_s (a_s + n_s t_s), which c shifts
-    whole, and S = sum_s a_s + ... >= c + ... bound its own (the module docstring: the bound
-    grows with every term). Diagnostics: a_0 is negative where the dense layers are the
-    cheaper, the one term that can be."""
-    if items[0][10] is None:
-        return None
-    a0 = np.stack([x[10] for x in items])  # (rows, scenarios)
-    one = np.array([x[11] for x in items], bool)[:, None]
-    c = np.where(one, 0.0, np.minimum(a0, 0.0))
-    a += c[:, :, None]
-    a[:, :, 0] += np.where(one, a0, 0.0)
-    return np.where(one, a0, c)
+    stage's >= 0 >= c), so min over splits of max_s (a_s + n_s t_s), which c shifts whole, and
+    S = sum_s a_s + L min_s t_s bound its own (the module docstring: the bound grows with every
+    term; a_0 is negative where the MoE layer is the dearer, the one term that can be). The
+    rows of one pp are split in one balanced_splits call (it reads each row alone)."""
+    n = len(idx)
+    A, S = np.empty((len(pending), n)), np.empty((len(pending), n))
+    by_pp: dict[int, list] = defaultdict(list)
+    one_group = [r for r, x in enumerate(pending) if len(x[1][0]) == 1]
+    if one_group:
+        _one_group_rows(inst, idx, pending, one_group, L, per_group, layer_plans, memo, A, S)
+    for r, (b, place, reads, e, l_) in enumerate(pending):
+        if len(place[0]) == 1:
+            continue
+        t, h, a0 = _layout_floors(inst, b, idx, place, reads, per_group, layer_plans, memo)
+        one = len(place[0]) == 1
+        c = a0 if one else np.minimum(a0, 0.0)
+        a = np.zeros_like(t)
+        a[:, -1] += h
+        if one:
+            a[:, 0] += a0
+        else:
+            a += c[:, None]
+        tmin, tmax = t.min(axis=1), t.max(axis=1)
+        S[r] = h + c + L * tmin - e * (tmax - tmin) - l_ * (t[:, -1] - tmin)
+        by_pp[t.shape[1]].append((r, t, a))
+    for pp, items in by_pp.items():
+        t = np.concatenate([x[1] for x in items])
+        a = np.concatenate([x[2] for x in items])
+        got = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(items), n)
+        A[[x[0] for x in items]] = got
+    return A, S
+
+
+def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int, per_group: dict,
+                    layer_plans: bool, memo: dict, A: np.ndarray, S: np.ndarray) -> None:
+    """_moe_rows' A and S of its rows `rows` through one group, into A and S: there every stage
+    has the group's floor m, a = (a_0, 0, ..., 0, h) (a_0 + h on one stage) and S = h + a_0 +
+    L m (the slot terms e (t_max - t_min), l (t_last - t_min) are 0), the floats _moe_rows'
+    reading gives, without its per-row arrays (DeepSeek-V3 on 2,048 H800 with idle GPUs reads
+    211,268 rows, all on one group)."""
+    n = len(idx)
+    terms = np.empty((len(rows), n, 3))
+    for k, r in enumerate(rows):
+        b, (uniq, _), reads, _, _ = pending[r]
+        g = uniq[0]
+        for si, i in enumerate(idx):
+            key = (i, g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
+            got = per_group.get(key)
+            if got is None:
+                got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
+            terms[k, si] = got
+    m, a0, h = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
+    S[rows] = h + a0 + L * m - 0.0
+    pps = np.array([len(pending[r][0].classes[0].stage_groups) for r in rows], np.int64)
+    for pp in dict.fromkeys(pps.tolist()):
+        sel = np.flatnonzero(pps == pp)
+        t = np.repeat(m[sel].reshape(-1, 1), pp, axis=1)
+        a = np.zeros_like(t)
+        a[:, -1] += h[sel].reshape(-1)
+        a[:, 0] += a0[sel].reshape(-1)
+        A[np.array(rows, np.int64)[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+
+
+def _layout_floors(inst, b, idx: list[int], place: tuple, reads: tuple, per_group: dict, layer_plans: bool,
+                   memo: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t (scenarios, pp), h (scenarios), a_0 (scenarios)) of MoE block b at `reads` (_moe_kinds:
+    an expert layout and a v kind): each stage's least layer floor on its group, the least
+    output layer on the last stage's group and the least dense prefix of the groups that may
+    run the first stage (any before the last), each the least over the block's
+    sequence-parallel flags and recompute modes (_least_terms), kept in `per_group`."""
+    uniq, where = place
+    c, ty = b.classes[0], b.tally
+    tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
+    got = np.empty((3, len(idx), len(uniq)))
+    for si, i in enumerate(idx):
+        for gi, g in enumerate(uniq):
+            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, reads)
+            terms = per_group.get(key)
+            if terms is None:
+                terms = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
+            got[:, si, gi] = terms
+    first = [uniq.index(g) for g in dict.fromkeys(c.stage_groups[:-1] or c.stage_groups)]
+    return got[0][:, where], got[2][:, uniq.index(c.stage_groups[-1])], got[1][:, first].min(axis=1)
+
+
+def _least_terms(inst, b, i: int, g: int, reads: tuple | None, layer_plans: bool, memo: dict) -> tuple:
+    """(layer floor, dense prefix a_0, output layer) of block b's stages on group g, scenario i,
+    each the least over the block's sequence-parallel flags and recompute modes
+    (unpriced.stage_floor_terms; stage_bound_rows: the bound grows with each), at the first
+    spec's expert layout and v = 1, or an MoE model's `reads` (_moe_kinds: its layout and v)."""
+    ty = b.tally
+    _, zero, _, _, ep, etp, _, _ = ty.first
+    layouts, vs = reads[:2] if reads else (((ep, etp),), (1,))
+    terms = [stage_floor_terms(inst, i, b.outer(sp, zero, v, rc, ep, etp, False, False), 0, g, layer_plans, memo)
+             for sp in ty.sps for rc in b.recompute for ep, etp in layouts for v in vs]
+    return tuple(min(x[j] for x in terms) for j in range(3))
 
 
 def _relaxed_rows(kept: list, rel: list, n: int) -> np.ndarray:

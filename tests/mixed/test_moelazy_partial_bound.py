@@ -60,7 +60,8 @@ def _violations(inst) -> list:
     idx = list(range(len(inst.scenarios)))
     floors = floor_bounds_s(inst, outers, idx, "max", ())
     per_block: dict = {}
-    bounds = partial_bounds_s(inst, partials, idx, "max", (), {}, per_block)
+    # with a layer memo, each representative's bound per (ZeRO stage, v) too (layouts._mode_bounds)
+    bounds = partial_bounds_s(inst, partials, idx, "max", (), {}, per_block, {})
     bad, at = [], 0
     least_of_key: dict = {}  # representative key -> the least floor of every block it stands for
     for i, part in enumerate(partials):
@@ -78,12 +79,16 @@ def _violations(inst) -> list:
             else:
                 key = representative_key(i, blk)
                 least_of_key[key] = min(least_of_key.get(key, np.inf), got.min())
+                for o, f in zip(blk.outers(), got.tolist()):
+                    mode = (*key, o.zero, o.virtual_stages)
+                    least_of_key[mode] = min(least_of_key.get(mode, np.inf), f)
         if n_part and bounds[i] > floors[at:at + n_part].min() * (1 + SLACK):
             bad.append(("partial", part.family, part.used, bounds[i], floors[at:at + n_part].min()))
         at += n_part
     assert at == len(outers)
     # a stage-wise representative stands for every order of its stages before the last: its
-    # bound at most the least floor over all of them (an MoE model reads no fill_drain there)
+    # bound at most the least floor over all of them (an MoE model reads no fill_drain there),
+    # and its bound per (ZeRO stage, v) at most the least of theirs of that ZeRO stage and v
     bad += [("representative", key, per_block[key], least) for key, least in least_of_key.items()
             if per_block[key] > least * (1 + SLACK)]
     return bad
@@ -114,7 +119,8 @@ def test_the_moe_spaces_exercise_what_the_bound_reads():
                 if blk.tally.first is None:
                     continue
                 seen["several (ep, etp)"] |= len(layouts.expert_layouts_of(blk)) > 1
-                seen["both v kinds"] |= len(layouts._moe_reads(blk)[1]) == 2
+                vs = tuple(dict.fromkeys(v for v, _, _ in blk.tally.vslots))
+                seen["both v kinds"] |= len(layouts._moe_kinds(blk, vs)) == 2
                 for c in blk.classes:
                     seen["through both groups"] |= len(set(c.stage_groups)) > 1
                     seen["pp = 1"] |= c.pp == 1
@@ -133,7 +139,12 @@ def test_a_planted_fault_in_the_moe_block_bound_is_caught(monkeypatch):
 def test_a_planted_fault_in_the_dense_prefix_is_caught(monkeypatch, one_group):
     """The check above fails where the dense prefix is left out (a_0 = 0, the dense model's
     reading): where the MoE layer is the dearer a_0 < 0 lowers every configuration's floor."""
-    monkeypatch.setattr(layouts, "_dense_prefix_terms", lambda items, a: None)
+    real = layouts._least_terms
+
+    def no_prefix(*args):
+        t, _, h = real(*args)
+        return t, 0.0, h
+    monkeypatch.setattr(layouts, "_least_terms", no_prefix)
     assert any(_violations(_instance(seed, True, one_group)) for seed in SEEDS)
 
 
