@@ -5,8 +5,8 @@ The decomposition, over the space of solver/space.py (with interleaving, every p
 below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
-   (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
-   (no DualPipe, uniform split, --top or running plan) the space is enumerated a
+   (solver/bounds/unpriced.py: layer-time floors per group, no placement). Without DualPipe,
+   the uniform split, --top or a running plan the space is enumerated a
    partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
    tp per group, cp and replicas, or one other class layout), each bounded before it is
    listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
@@ -812,7 +812,10 @@ def _lists_partials(inst: Instance, uniform: bool, winners: int, within_pct: flo
     """Whether search lists the space a partial layout at a time, as the search reaches each
     (_Partials): one winner (a ranking reads the K-th plan), not DualPipe,
     torch's zero-bubble schedules nor the uniform baseline (solver/bounds/layouts.py says why),
-    no running plan to keep (replanning looks it up among the outers first). Per-operator
+    no running plan to keep (replanning looks it up among the outers first). An MoE model's
+    too (layouts.py reads its expert layouts and dense prefix; DeepSeek-V3 on 2,048 H800 with
+    idle GPUs listed and floored all 968,605 configurations, 16,957 so), but not with layer
+    plans beside Megatron's. Per-operator
     partitions are listed so too: every bound before listing then reads the layer plans' floors
     (unpriced.stage_floor_terms' layer_plans) and no memory, and each listed outer's layer-plan
     combinations are one node more (_Search._list_layouts)."""
@@ -897,24 +900,15 @@ class _Partials:
         left open when the search stops at its limit (the set-up keeps to the limit: GPT-3 175B
         on 1,024 A100 with classes_per_group 2 bounded its option families for 25 s of CPU)."""
         idx, agg, weights = scenario_weights(inst, objective)
-        # the families' bounds (stage_families.py, option_families.py) read dense layers: an
-        # MoE model's partial layouts are all listed here, each bounded by layouts.py
-        dense = inst.model.moe is None
-        lazy_options = inst.search.layout_options and dense  # one of the three options on (solver/option_families.py)
-        partials, lst, deferred = partials_and_families(inst, families, groups,
-                                                        defer_stage=dense and _defers_stage(inst, families, groups),
+        lazy_options, defer_stage = cls.deferred(inst, families, groups)
+        partials, lst, deferred = partials_and_families(inst, families, groups, defer_stage=defer_stage,
                                                         defer_options=lazy_options)
         memo: dict = {}
         per_block: dict = {}
-        # an MoE model's stage-wise representatives keep their bound per (ZeRO stage, v) too
-        # (layouts._mode_bounds; they read no syncs): read up front, as the syncs' are when popped
-        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block, None if dense else {})
+        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
         out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block, {},
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)
-        if not dense:
-            out.sync_bounds = {k: lb for k, lb in per_block.items() if len(k) > 4}
-            out.synced = {k[0] for k in out.sync_bounds}
         if deferred:
             # imported here: only a search that defers families reads them (issue 33, start-up)
             from paraplan.solver import option_families
@@ -929,6 +923,15 @@ class _Partials:
             out.family_bounds = [lb for lb, _ in keys]
             out.rough = {f for f, (_, rough) in enumerate(keys) if rough}
         return out
+
+    @staticmethod
+    def deferred(inst: Instance, families, groups) -> tuple[bool, bool]:
+        """(whether the replica and mixed families are set up under their bound, with one of the
+        three layout options on (solver/option_families.py); whether the stage family's layouts
+        are, _defers_stage). Neither for an MoE model: those families' bounds read dense
+        layers, so its partial layouts are all listed at once, each bounded by layouts.py."""
+        dense = inst.model.moe is None
+        return bool(inst.search.layout_options) and dense, dense and _defers_stage(inst, families, groups)
 
     def first_key(self, f: int) -> tuple[float, bool]:
         """Family f's first key, and whether it is less than its key (family_key): a stage

@@ -38,10 +38,19 @@ layer, its floors over Megatron's layer and every layer plan: plan_sync.py). Tho
 are lowered by fill_drain.TIE_MARGIN: the search keys each listed configuration by at least
 its block's bound, and prunes (never keys) by its block's bound for its ZeRO stage and v.
 
-Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) and not under
-DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a weight-gradient
-share off the layers' sum, unpriced._zero_bubble_row) or the uniform split: search.py lists
-every block there.
+An MoE model's layer floor also reads the expert layout (ep, etp), whether the stage is
+pipelined and whether it interleaves (coefficients.MOE_LAYER_FIELDS; unpriced._moe_layer_key),
+and its first stage carries the dense prefix a_0 = d (dense floor - MoE floor), negative where
+the MoE layer is the dearer. A block's representatives are then read per expert layout (the
+other families: one per (v, slots, ep, etp), expert_layouts_of; a stage-wise block: one row per
+layout and v kind, _moe_keep_terms), each with its own floors and a_0, and the bound is the
+least over them: a least floor and a least a_0 taken apart would come from other layouts
+(_moe_keep_terms says how far that fell). A stage-wise MoE block reads neither fill_drain nor
+syncs (the MoE pipeline's terms are not fill_drain's).
+
+Not under DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a
+weight-gradient share off the layers' sum, unpriced._zero_bubble_row) or the uniform split:
+search.py lists every block there.
 """
 
 from __future__ import annotations
@@ -249,7 +258,6 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     layer_memo = {} if layer_memo is None else layer_memo
     net = NetEfficiency()
     moe = inst.model.moe is not None
-    read_syncs = per_mode is not None and not moe
     out = np.full(len(blocks), np.inf)
     factors_of = _factor_memo(inst, memo)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
@@ -270,16 +278,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             continue
         c = b.classes[0]
         pp = len(c.stage_groups)
-        place = places.get(c.stage_groups)
-        if place is None:
-            uniq = tuple(dict.fromkeys(c.stage_groups))
-            place = places[c.stage_groups] = (uniq, np.array([uniq.index(g) for g in c.stage_groups]))
-        uniq, where = place
-        slot_key = (ty.vslots, len(uniq) > 1)
-        slots = slot_terms.get(slot_key)
-        if slot_key not in slot_terms:
-            slots = slot_terms[slot_key] = _slot_terms(*slot_key)
-        e, l_, vs, plain, slotted = slots
+        (uniq, where), (e, l_, vs, plain, slotted) = _place_and_slots(places, slot_terms, c.stage_groups, ty.vslots)
         if moe:
             if _kept_terms(memo, b, idx) is None:
                 moe_fresh.append((b, (uniq, where), e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch))
@@ -290,12 +289,9 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
     if fresh:
         _keep_terms(memo, idx, fresh, L, agg, weights, ceiling_s)
-    if moe_fresh:
-        _moe_keep_terms(inst, memo, idx, moe_fresh, L, per_group, layer_plans)
+    _moe_keep_terms(inst, memo, idx, moe_fresh, L, per_group, layer_plans)
     _plain_bounds(memo, idx, by_pp, agg, weights, out)
-    if moe and per_mode is not None:
-        _mode_bounds(memo, idx, by_pp, agg, weights, per_mode)
-    if not read_syncs:
+    if per_mode is None or moe:  # (an MoE model's syncs are not read: _moe_keep_terms)
         return out
     # the syncs of the blocks whose bound without them can still win (_live): the others' bound
     # (and every (ZeRO stage, v)'s, which is at least it) lies past the bar already
@@ -305,6 +301,21 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         if items:
             out[[x[0] for x in items]] = _pp_bounds(memo, idx, pp, items, L, agg, weights, per_mode, ceiling_s)
     return out
+
+
+def _place_and_slots(places: dict, slot_terms: dict, stage_groups: tuple, vslots: tuple) -> tuple:
+    """(its distinct groups, each stage's index among them) of a class's stage groups, and
+    _slot_terms of a block's (v, slots) modes through them, each kept in its dict (stage_bound_rows'
+    memos) by what it reads."""
+    place = places.get(stage_groups)
+    if place is None:
+        uniq = tuple(dict.fromkeys(stage_groups))
+        place = places[stage_groups] = (uniq, np.array([uniq.index(g) for g in stage_groups]))
+    slot_key = (vslots, len(place[0]) > 1)
+    slots = slot_terms.get(slot_key)
+    if slots is None:
+        slots = slot_terms[slot_key] = _slot_terms(*slot_key)
+    return place, slots
 
 
 def _block_floors(inst, b, idx: list[int], place: tuple, per_group: dict, layer_plans: bool,
@@ -389,30 +400,6 @@ def _plain_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, ou
             agg_b[at:at + len(items)] = best[at:at + len(items)] @ w
             at += len(items)
     out[[it[0] for it in blocks]] = agg_b * factor
-
-
-def _mode_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, per_mode: dict) -> None:
-    """An MoE model's per_mode (stage_bound_rows), which reads no syncs: per block and (ZeRO
-    stage, v) of its configurations (OuterBlock.specs: a ZeRO stage's modes admit some v), the
-    kept relaxed_s of that v aggregated over scenarios, times that ZeRO stage's quantile
-    factor, under (block index, ZeRO stage, v). Each is at most the bound before pricing of
-    every configuration of the block of that ZeRO stage and v (stage_bound_rows: the block's
-    bound, read for one v and one factor, which the configuration's own floors, lo and factor
-    can only raise): the search skips those configurations unlisted where it passes its bar
-    (search._Search._list_layouts), as it does a dense block's read with its syncs. On
-    DeepSeek-V3 / 2,048 H800 with idle GPUs most of the listed block's configurations lay past
-    the bar, those of another v among them."""
-    w = np.asarray(weights, float)
-    for items in by_pp.values():
-        for it in items:
-            b = it[1]
-            kp = _kept_terms(memo, b, idx)
-            for v in it[2]:
-                row = kp[3][v][0]
-                lb = row.max() if agg == "max" else float(row @ w)
-                for zero in dict.fromkeys(z for _, z, admitted in b.modes_left if v in admitted):
-                    if zero in kp[2]:
-                        per_mode[it[0], zero, v] = lb * kp[2][zero]
 
 
 def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: str, weights,

@@ -60,8 +60,7 @@ def _violations(inst) -> list:
     idx = list(range(len(inst.scenarios)))
     floors = floor_bounds_s(inst, outers, idx, "max", ())
     per_block: dict = {}
-    # with a layer memo, each representative's bound per (ZeRO stage, v) too (layouts._mode_bounds)
-    bounds = partial_bounds_s(inst, partials, idx, "max", (), {}, per_block, {})
+    bounds = partial_bounds_s(inst, partials, idx, "max", (), {}, per_block)
     bad, at = [], 0
     least_of_key: dict = {}  # representative key -> the least floor of every block it stands for
     for i, part in enumerate(partials):
@@ -79,16 +78,12 @@ def _violations(inst) -> list:
             else:
                 key = representative_key(i, blk)
                 least_of_key[key] = min(least_of_key.get(key, np.inf), got.min())
-                for o, f in zip(blk.outers(), got.tolist()):
-                    mode = (*key, o.zero, o.virtual_stages)
-                    least_of_key[mode] = min(least_of_key.get(mode, np.inf), f)
         if n_part and bounds[i] > floors[at:at + n_part].min() * (1 + SLACK):
             bad.append(("partial", part.family, part.used, bounds[i], floors[at:at + n_part].min()))
         at += n_part
     assert at == len(outers)
     # a stage-wise representative stands for every order of its stages before the last: its
-    # bound at most the least floor over all of them (an MoE model reads no fill_drain there),
-    # and its bound per (ZeRO stage, v) at most the least of theirs of that ZeRO stage and v
+    # bound at most the least floor over all of them (an MoE model reads no fill_drain there)
     bad += [("representative", key, per_block[key], least) for key, least in least_of_key.items()
             if per_block[key] > least * (1 + SLACK)]
     return bad
