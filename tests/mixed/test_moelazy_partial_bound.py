@@ -28,7 +28,7 @@ from paraplan.solver.bounds.layouts import block_bounds_s, partial_bounds_s, rep
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.search import search
-from paraplan.solver.space import declared_outers, declared_partials
+from paraplan.solver.space import declared_outers, declared_partials, summarize, summarize_partials
 
 pytestmark = pytest.mark.usefixtures("small_price_chunks")
 
@@ -99,6 +99,15 @@ def test_moe_block_bound_is_at_most_each_configurations_floor(idle, one_group):
         assert not _violations(inst), seed
         checked += 1
     assert checked == len(SEEDS)
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_moe_representatives_count_the_space(idle):
+    """The summary the lazy search reports (summarize_partials, from one layout per last group)
+    is that of the full listing, expert layouts and the all-to-all's pairing included."""
+    for seed in SEEDS:
+        inst = _instance(seed, idle)
+        assert summarize_partials(inst, declared_partials(inst)) == summarize(inst, declared_outers(inst)), seed
 
 
 def test_the_moe_spaces_exercise_what_the_bound_reads():
