@@ -714,7 +714,7 @@ def _moe_rows(inst, idx: list[int], pending: list, L: int, per_group: dict, laye
     an expert layout and a v kind), e, l): stage_bound_rows' A and S of that layout's floors
     (_layout_floors: the least over the block's sequence-parallel flags and recompute modes),
     with the dense prefix a_0. Through one group the first stage is stage 0 in every order:
-    a_0 is added there, as floor_bounds_s reads it, and to S. Through several the stage that
+    a_0 is added there, as floor_bounds_s reads it, and to S (_one_group_rows). Through several the stage that
     runs it depends on the order the representative stands for, so c = min(a_0, 0) (the least
     over the groups that may run the first stage) is added to every stage and to S: each
     configuration's stage terms are at least these (its first stage's a_0 >= c, every other
@@ -732,14 +732,10 @@ def _moe_rows(inst, idx: list[int], pending: list, L: int, per_group: dict, laye
         if len(place[0]) == 1:
             continue
         t, h, a0 = _layout_floors(inst, b, idx, place, reads, per_group, layer_plans, memo)
-        one = len(place[0]) == 1
-        c = a0 if one else np.minimum(a0, 0.0)
+        c = np.minimum(a0, 0.0)  # on every stage (several groups: the docstring)
         a = np.zeros_like(t)
         a[:, -1] += h
-        if one:
-            a[:, 0] += a0
-        else:
-            a += c[:, None]
+        a += c[:, None]
         tmin, tmax = t.min(axis=1), t.max(axis=1)
         S[r] = h + c + L * tmin - e * (tmax - tmin) - l_ * (t[:, -1] - tmin)
         by_pp[t.shape[1]].append((r, t, a))
@@ -755,9 +751,9 @@ def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int
                     layer_plans: bool, memo: dict, A: np.ndarray, S: np.ndarray) -> None:
     """_moe_rows' A and S of its rows `rows` through one group, into A and S: there every stage
     has the group's floor m, a = (a_0, 0, ..., 0, h) (a_0 + h on one stage) and S = h + a_0 +
-    L m (the slot terms e (t_max - t_min), l (t_last - t_min) are 0), the floats _moe_rows'
-    reading gives, without its per-row arrays (DeepSeek-V3 on 2,048 H800 with idle GPUs reads
-    211,268 rows, all on one group)."""
+    L m (the slot terms e (t_max - t_min), l (t_last - t_min) are 0), every row of one pp
+    split in one balanced_splits call, without per-row arrays (DeepSeek-V3 on 2,048 H800 with
+    idle GPUs reads 211,268 rows, all on one group; read row by row they took 3x its CPU)."""
     n = len(idx)
     terms = np.empty((len(rows), n, 3))
     for k, r in enumerate(rows):
@@ -770,7 +766,7 @@ def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int
                 got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
             terms[k, si] = got
     m, a0, h = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
-    S[rows] = h + a0 + L * m - 0.0
+    S[rows] = h + a0 + L * m
     pps = np.array([len(pending[r][0].classes[0].stage_groups) for r in rows], np.int64)
     for pp in dict.fromkeys(pps.tolist()):
         sel = np.flatnonzero(pps == pp)
