@@ -5,8 +5,8 @@ The decomposition, over the space of solver/space.py (with interleaving, every p
 below reads (m_k - 1/v) A_k + S_k / v):
 
 1. Enumerate the outer configurations and bound each one before pricing it
-   (solver/bounds/unpriced.py: layer-time floors per group, no placement). For a dense model
-   (no DualPipe, uniform split, --top or running plan) the space is enumerated a
+   (solver/bounds/unpriced.py: layer-time floors per group, no placement). Without DualPipe,
+   the uniform split, --top or a running plan the space is enumerated a
    partial layout at a time (solver/space.declared_partials: a stage-wise pipeline's groups,
    tp per group, cp and replicas, or one other class layout), each bounded before it is
    listed (solver/bounds/layouts.py) and listed only when the search reaches it and it can
@@ -810,14 +810,20 @@ RANK_STRIDE = 1 << 40
 def _lists_partials(inst: Instance, uniform: bool, winners: int, within_pct: float | None,
                     warm_plan: Plan | None) -> bool:
     """Whether search lists the space a partial layout at a time, as the search reaches each
-    (_Partials): one winner (a ranking reads the K-th plan), a dense model, not DualPipe,
+    (_Partials): one winner (a ranking reads the K-th plan), not DualPipe,
     torch's zero-bubble schedules nor the uniform baseline (solver/bounds/layouts.py says why),
-    no running plan to keep (replanning looks it up among the outers first). Per-operator
+    no running plan to keep (replanning looks it up among the outers first). An MoE model's
+    too (layouts.py reads its expert layouts and dense prefix; DeepSeek-V3 on 2,048 H800 with
+    idle GPUs listed and floored all 968,605 configurations, 16,957 so), but not with layer
+    plans beside Megatron's. Per-operator
     partitions are listed so too: every bound before listing then reads the layer plans' floors
     (unpriced.stage_floor_terms' layer_plans) and no memory, and each listed outer's layer-plan
     combinations are one node more (_Search._list_layouts)."""
     return (winners == 1 and within_pct is None and warm_plan is None and not uniform
-            and inst.model.moe is None and not dualpipe_job(inst)
+            and not dualpipe_job(inst)
+            # an MoE model's layouts are bounded by their floors alone (layouts.py: no memory,
+            # no layer plans, no stage or option families deferred: those bound dense layers)
+            and (inst.model.moe is None or not partitions_enabled(inst))
             # torch's zero-bubble variants (space.with_zero_bubble) lower the bound before
             # pricing by a weight-gradient share that solver/bounds/layouts.py does not read
             and not rules_for(inst.job.framework, inst.job.optimizer).zero_bubble)
@@ -894,9 +900,8 @@ class _Partials:
         left open when the search stops at its limit (the set-up keeps to the limit: GPT-3 175B
         on 1,024 A100 with classes_per_group 2 bounded its option families for 25 s of CPU)."""
         idx, agg, weights = scenario_weights(inst, objective)
-        lazy_options = inst.search.layout_options  # one of the three options on (solver/option_families.py)
-        partials, lst, deferred = partials_and_families(inst, families, groups,
-                                                        defer_stage=_defers_stage(inst, families, groups),
+        lazy_options, defer_stage = cls.deferred(inst, families, groups)
+        partials, lst, deferred = partials_and_families(inst, families, groups, defer_stage=defer_stage,
                                                         defer_options=lazy_options)
         memo: dict = {}
         per_block: dict = {}
@@ -918,6 +923,15 @@ class _Partials:
             out.family_bounds = [lb for lb, _ in keys]
             out.rough = {f for f, (_, rough) in enumerate(keys) if rough}
         return out
+
+    @staticmethod
+    def deferred(inst: Instance, families, groups) -> tuple[bool, bool]:
+        """(whether the replica and mixed families are set up under their bound, with one of the
+        three layout options on (solver/option_families.py); whether the stage family's layouts
+        are, _defers_stage). Neither for an MoE model: those families' bounds read dense
+        layers, so its partial layouts are all listed at once, each bounded by layouts.py."""
+        dense = inst.model.moe is None
+        return bool(inst.search.layout_options) and dense, dense and _defers_stage(inst, families, groups)
 
     def first_key(self, f: int) -> tuple[float, bool]:
         """Family f's first key, and whether it is less than its key (family_key): a stage
@@ -1013,7 +1027,10 @@ class _Partials:
         """The bounds of stage-wise partial layouts `indices` raised by their syncs
         (layouts.partial_bounds_s with the layer memo), read as the search pops them; each
         representative's bound per ZeRO stage and v kept in sync_bounds. `ceiling_s`: the
-        search's bar (partial_bounds_s)."""
+        search's bar (partial_bounds_s). An MoE model's layouts read no syncs (layouts.py):
+        -inf each, none kept."""
+        if inst.model.moe is not None:
+            return [-math.inf] * len(indices)
         per_block: dict = {}
         bounds = partial_bounds_s(inst, [self.partials[i] for i in indices], *self.scenarios, self.memo, per_block,
                                   self.layer_memo, ceiling_s)

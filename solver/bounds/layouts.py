@@ -38,17 +38,28 @@ layer, its floors over Megatron's layer and every layer plan: plan_sync.py). Tho
 are lowered by fill_drain.TIE_MARGIN: the search keys each listed configuration by at least
 its block's bound, and prunes (never keys) by its block's bound for its ZeRO stage and v.
 
-Only for dense models (an MoE layer's floor also reads ep, etp, pp and v) and not under
-DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a weight-gradient
-share off the layers' sum, unpriced._zero_bubble_row) or the uniform split: search.py lists
-every block there.
+An MoE model's layer floor also reads the expert layout (ep, etp), whether the stage is
+pipelined and whether it interleaves (coefficients.MOE_LAYER_FIELDS; unpriced._moe_layer_key),
+and its first stage carries the dense prefix a_0 = d (dense floor - MoE floor), negative where
+the MoE layer is the dearer. A block's representatives are then read per expert layout (the
+other families: one per (v, slots, ep, etp), expert_layouts_of; a stage-wise block: one row per
+layout and v kind, _moe_keep_terms), each with its own floors and a_0, and the bound is the
+least over them: a least floor and a least a_0 taken apart would come from other layouts
+(_moe_keep_terms says how far that fell). A stage-wise MoE block reads neither fill_drain nor
+syncs (the MoE pipeline's terms are not fill_drain's).
+
+Not under DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a
+weight-gradient share off the layers' sum, unpriced._zero_bubble_row) or the uniform split:
+search.py lists every block there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -111,14 +122,25 @@ def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: 
         if ty.first is None:
             continue
         factor = min(factors_of(b).values())
-        _, zero, _, rc, ep, etp, _, _ = ty.first
+        _, zero, _, rc, _, _, _, _ = ty.first
         for v, emb, loss in ty.vslots:
-            reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
+            for ep, etp in expert_layouts_of(b):
+                reps[ty.sps, b.recompute].append((bi, b.outer(ty.sps[0], zero, v, rc, ep, etp, emb, loss), factor))
     for (sps, rcs), items in reps.items():
         lbs = floor_bounds_s(inst, [o for _, o, _ in items], idx, agg, weights, layer_plans=layer_plans,
                              sp_values=sps, recompute_values=rcs, factors=np.array([f for _, _, f in items]), memo=memo)
         np.minimum.at(out, np.array([bi for bi, _, _ in items], np.int64), lbs)
     return out
+
+
+def expert_layouts_of(b) -> tuple:
+    """The (ep, etp) pairs of block b's configurations, as its representatives read them: of a
+    dense model its first spec's only (its layer floors read no expert layout); of an MoE
+    model every pair some sequence-parallel flag of the block lists (OuterBlock.layouts), a
+    superset of those its specs run (a pair the v = 1 pairing rule skips is kept), so that the
+    least over them is at most each configuration's floor (an MoE layer's floor reads ep and
+    etp: coefficients.MOE_LAYER_FIELDS)."""
+    return tuple(dict.fromkeys([b.tally.first[4:6]] + [x for sp in b.tally.sps for x in b.layouts[sp]]))
 
 
 def partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights,
@@ -235,7 +257,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     memo = {} if memo is None else memo
     layer_memo = {} if layer_memo is None else layer_memo
     net = NetEfficiency()
-    read_syncs = per_mode is not None
+    moe = inst.model.moe is not None
     out = np.full(len(blocks), np.inf)
     factors_of = _factor_memo(inst, memo)
     layer_plans = partitions_enabled(inst)  # the layer plans' floors (module docstring)
@@ -248,6 +270,7 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     # groups): the blocks repeat a few dozen of them
     syncs, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
     fresh: dict[int, list] = defaultdict(list)  # pp -> the blocks whose sync-free terms are not kept yet
+    moe_fresh: list = []  # of an MoE model (_moe_keep_terms)
     by_pp: dict[int, list] = defaultdict(list)
     for bi, b in enumerate(blocks):
         ty = b.tally
@@ -255,25 +278,20 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
             continue
         c = b.classes[0]
         pp = len(c.stage_groups)
-        place = places.get(c.stage_groups)
-        if place is None:
-            uniq = tuple(dict.fromkeys(c.stage_groups))
-            place = places[c.stage_groups] = (uniq, np.array([uniq.index(g) for g in c.stage_groups]))
-        uniq, where = place
-        slot_key = (ty.vslots, len(uniq) > 1)
-        slots = slot_terms.get(slot_key)
-        if slot_key not in slot_terms:
-            slots = slot_terms[slot_key] = _slot_terms(*slot_key)
-        e, l_, vs, plain, slotted = slots
-        if _kept_terms(memo, b, idx, ceiling_s) is None:
+        (uniq, where), (e, l_, vs, plain, slotted) = _place_and_slots(places, slot_terms, c.stage_groups, ty.vslots)
+        if moe:
+            if _kept_terms(memo, b, idx) is None:
+                moe_fresh.append((b, (uniq, where), e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch))
+        elif _kept_terms(memo, b, idx, ceiling_s) is None:
             t, h = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
             fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
         # (its syncs, (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each, read below)
         by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
     if fresh:
         _keep_terms(memo, idx, fresh, L, agg, weights, ceiling_s)
+    _moe_keep_terms(inst, memo, idx, moe_fresh, L, per_group, layer_plans)
     _plain_bounds(memo, idx, by_pp, agg, weights, out)
-    if not read_syncs:
+    if per_mode is None or moe:  # (an MoE model's syncs are not read: _moe_keep_terms)
         return out
     # the syncs of the blocks whose bound without them can still win (_live): the others' bound
     # (and every (ZeRO stage, v)'s, which is at least it) lies past the bar already
@@ -285,34 +303,58 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     return out
 
 
+def _place_and_slots(places: dict, slot_terms: dict, stage_groups: tuple, vslots: tuple) -> tuple:
+    """(its distinct groups, each stage's index among them) of a class's stage groups, and
+    _slot_terms of a block's (v, slots) modes through them, each kept in its dict (stage_bound_rows'
+    memos) by what it reads."""
+    place = places.get(stage_groups)
+    if place is None:
+        uniq = tuple(dict.fromkeys(stage_groups))
+        place = places[stage_groups] = (uniq, np.array([uniq.index(g) for g in stage_groups]))
+    slot_key = (vslots, len(place[0]) > 1)
+    slots = slot_terms.get(slot_key)
+    if slots is None:
+        slots = slot_terms[slot_key] = _slot_terms(*slot_key)
+    return place, slots
+
+
 def _block_floors(inst, b, idx: list[int], place: tuple, per_group: dict, layer_plans: bool,
                   memo: dict) -> tuple[np.ndarray, np.ndarray]:
     """stage_bound_rows' t (scenarios x stages: each stage's least layer floor on its group over
     the block's sequence-parallel flags and recompute modes) and h (per scenario, the least
-    output layer on the last stage's group), each group's pair kept in `per_group` by what it
-    reads."""
+    output layer on the last stage's group) of a dense model's block, each group's terms kept
+    in `per_group` by what they read (_least_terms)."""
     ty, c = b.tally, b.classes[0]
     uniq, where = place
     t = np.empty((len(idx), len(c.stage_groups)))
     h = np.empty(len(idx))
-    alts = None
     tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
     for si, i in enumerate(idx):
         tg = {}
         for g in uniq:
-            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute)
+            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, None)
             got = per_group.get(key)
             if got is None:
-                if alts is None:
-                    _, zero, _, _, ep, etp, _, _ = ty.first
-                    alts = [b.outer(sp, zero, 1, rc, ep, etp, False, False)
-                            for sp in ty.sps for rc in b.recompute]
-                terms = [stage_floor_terms(inst, i, o, 0, g, layer_plans, memo) for o in alts]
-                got = per_group[key] = (min(x[0] for x in terms), min(x[2] for x in terms))
+                got = per_group[key] = _least_terms(inst, b, i, g, None, layer_plans, memo)
             tg[g] = got
         t[si] = tg[uniq[0]][0] if len(uniq) == 1 else np.array([tg[g][0] for g in uniq])[where]
-        h[si] = tg[c.stage_groups[-1]][1]
+        h[si] = tg[c.stage_groups[-1]][2]
     return t, h
+
+
+def _moe_kinds(b, vs: tuple) -> list[tuple[tuple, tuple]]:
+    """Block b's v values `vs` by kind (v = 1, interleaved), each with what an MoE layer's floor
+    reads of the block beside what a dense layer's does (_block_floors' `reads`, its key): the
+    expert layouts (expert_layouts_of), the kind's first v (the floor reads v only through
+    whether it interleaves, as unpriced.floor_bounds_s keys it: unpriced._moe_layer_key, the
+    all-to-all overlaps) and whether there is a pipeline (the block's one class fixes it;
+    unpriced._pipelined). Read per kind, an interleaved configuration's overlapped all-to-all
+    does not lower the floors of the block's v = 1 ones."""
+    kinds: dict[bool, list[int]] = {}
+    for v in vs:
+        kinds.setdefault(v > 1, []).append(v)
+    return [(tuple(ws), ((lay,), (ws[0],), b.classes[0].pp > 1))
+            for ws in kinds.values() for lay in expert_layouts_of(b)]
 
 
 # relative slack of _live's test: a bound computed in another order (_keep_terms' test, the
@@ -553,6 +595,221 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
         for k, it in enumerate(items):
             kept_rows.put((id(it[0]), tuple(idx)), it[0], ((A[k], S[k], it[5], pv[k], it[1], it[2]),
                                                            math.inf if lv[k] else ceiling_s))
+
+
+def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_group: dict,
+                    layer_plans: bool) -> None:
+    """stage_bound_rows' terms of an MoE model's blocks `fresh` (each (block, its groups' place,
+    e, l, factor per ZeRO stage, v values, replicas, micro-batches)), kept in `memo` as
+    _keep_terms keeps a dense block's: per v, relaxed_s of the least over the block's expert
+    layouts (ep, etp) of that layout's A and S (_moe_rows: each layout its own floors, dense
+    prefix and output layer, those of the v's kind), fill_drain not read (0: an MoE pipeline's
+    value is not fill_drain's; nor are its syncs read, so A, S and the floors are not kept).
+    Why per layout and not the least floors over layouts: the first stage's dense prefix
+    a_0 = d (dense floor - MoE floor) falls as the MoE floor rises, so the least a_0 and the
+    least floor come from other layouts, and their sum (d x the dense floor less d MoE floors
+    at the dearest layout, plus L at the cheapest) fell far below every configuration's
+    (DeepSeek-V3 on 2,048 H800 with idle GPUs: a pp = 1 block at 7.0 s, its least floor
+    81 s; the search listed 222,065 configurations, 30,366 read per layout). relaxed_s
+    reads each row alone, so every block's rows are priced in one call."""
+    n = len(idx)
+    table = _MoeRows.of(memo, idx)
+    ids, counts, x, lo, M, vv, owners = [], [], [], [], [], [], []
+    for b, place, e, l_, factors, vs, replicas, batches in fresh:
+        by_kind = table.block_rows(inst, b, vs, place, e, l_, memo)
+        pp = float(len(b.classes[0].stage_groups))
+        for v in vs:
+            rows = by_kind[v > 1]
+            ids.append(rows)
+            counts.append(len(rows))
+            x.append(replicas)
+            M.append(batches)
+            lo.append(pp if v > 1 else 1.0)
+            vv.append(float(v))
+        owners.append((b, factors, vs))
+    if not owners:
+        return
+    A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
+    at = np.concatenate(ids)
+    counts = np.array(counts, np.int64)
+    rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
+                    *(np.repeat(np.array(col, float), counts)[:, None, None] for col in (x, lo, M, vv)), False)
+    least = np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0)  # per (block, v)
+    kept_rows = memo.get(("stage rows",))
+    if kept_rows is None:
+        kept_rows = memo["stage rows",] = IdentityCache(math.inf)
+    zero = np.zeros(n)
+    k = 0
+    for b, factors, vs in owners:
+        pv = {}
+        for v in vs:
+            pv[v] = (least[k], zero)
+            k += 1
+        kept_rows.put((id(b), tuple(idx)), b, ((None, None, factors, pv, None, None), math.inf))
+
+
+@dataclass
+class _MoeRows:
+    """The rows of _moe_keep_terms, kept in the floors' memo (one per instance): one per (stage
+    groups, the blocks' tp per group, cp, micro-batch, sequence-parallel flags, recompute modes,
+    expert layout and v kind, slot flags e and l), all a row's A and S read (_moe_rows), shared
+    by the blocks of every replica count that lists that layout; and per block key (the same
+    but every layout of the block's) its rows of each v kind. A and S are priced for the rows
+    not priced yet when they are read (terms)."""
+
+    row_of: dict = dataclasses.field(default_factory=dict)  # row key -> index
+    pending: list = dataclasses.field(default_factory=list)  # (block, place, reads, e, l) of rows not priced
+    blocks: dict = dataclasses.field(default_factory=dict)  # block key -> {interleaved: row indices}
+    kinds: dict = dataclasses.field(default_factory=dict)  # _moe_kinds per what it reads
+    A: np.ndarray | None = None
+    S: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, memo: dict, idx: list[int]) -> "_MoeRows":
+        """The rows kept in `memo` for scenarios `idx`."""
+        got = memo.get(("moe rows", tuple(idx)))
+        if got is None:
+            got = memo["moe rows", tuple(idx)] = cls()
+        return got
+
+    def block_rows(self, inst, b, vs: tuple, place: tuple, e: int, l_: int, memo: dict) -> dict:
+        """{interleaved: row indices} of block b's expert layouts of each v kind."""
+        ty, c = b.tally, b.classes[0]
+        # _moe_kinds reads the block's layouts (one dict per layout's invariants, held here),
+        # the first spec's, its sp flags, its v values and whether it pipelines
+        kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, c.pp > 1)
+        got = self.kinds.get(kk)
+        if got is None:
+            got = self.kinds[kk] = (_moe_kinds(b, vs), b.layouts)
+        kinds = got[0]
+        site = (c.stage_groups, b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
+        key = (site, kk)
+        out = self.blocks.get(key)
+        if out is None:
+            out = {False: [], True: []}
+            for _, reads in kinds:
+                rk = (site, reads)
+                r = self.row_of.get(rk)
+                if r is None:
+                    r = self.row_of[rk] = len(self.row_of)
+                    self.pending.append((b, place, reads, e, l_))
+                out[reads[1][0] > 1].append(r)
+            out = self.blocks[key] = {w: np.array(rs, np.int64) for w, rs in out.items()}
+        return out
+
+    def terms(self, inst, idx: list[int], L: int, per_group: dict, layer_plans: bool,
+              memo: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(A, S) of every row, (rows, scenarios): those pending priced now (_moe_rows)."""
+        if self.pending:
+            A, S = _moe_rows(inst, idx, self.pending, L, per_group, layer_plans, memo)
+            self.A = A if self.A is None else np.concatenate([self.A, A])
+            self.S = S if self.S is None else np.concatenate([self.S, S])
+            self.pending = []
+        return self.A, self.S
+
+
+def _moe_rows(inst, idx: list[int], pending: list, L: int, per_group: dict, layer_plans: bool,
+              memo: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(A, S), each (rows, scenarios), of the rows `pending` (block, place, reads (_moe_kinds:
+    an expert layout and a v kind), e, l): stage_bound_rows' A and S of that layout's floors
+    (_layout_floors: the least over the block's sequence-parallel flags and recompute modes),
+    with the dense prefix a_0. Through one group the first stage is stage 0 in every order:
+    a_0 is added there, as floor_bounds_s reads it, and to S (_one_group_rows). Through several the stage that
+    runs it depends on the order the representative stands for, so c = min(a_0, 0) (the least
+    over the groups that may run the first stage) is added to every stage and to S: each
+    configuration's stage terms are at least these (its first stage's a_0 >= c, every other
+    stage's >= 0 >= c), so min over splits of max_s (a_s + n_s t_s), which c shifts whole, and
+    S = sum_s a_s + L min_s t_s bound its own (the module docstring: the bound grows with every
+    term; a_0 is negative where the MoE layer is the dearer, the one term that can be). The
+    rows of one pp are split in one balanced_splits call (it reads each row alone)."""
+    n = len(idx)
+    A, S = np.empty((len(pending), n)), np.empty((len(pending), n))
+    by_pp: dict[int, list] = defaultdict(list)
+    one_group = [r for r, x in enumerate(pending) if len(x[1][0]) == 1]
+    if one_group:
+        _one_group_rows(inst, idx, pending, one_group, L, per_group, layer_plans, memo, A, S)
+    for r, (b, place, reads, e, l_) in enumerate(pending):
+        if len(place[0]) == 1:
+            continue
+        t, h, a0 = _layout_floors(inst, b, idx, place, reads, per_group, layer_plans, memo)
+        c = np.minimum(a0, 0.0)  # on every stage (several groups: the docstring)
+        a = np.zeros_like(t)
+        a[:, -1] += h
+        a += c[:, None]
+        tmin, tmax = t.min(axis=1), t.max(axis=1)
+        S[r] = h + c + L * tmin - e * (tmax - tmin) - l_ * (t[:, -1] - tmin)
+        by_pp[t.shape[1]].append((r, t, a))
+    for pp, items in by_pp.items():
+        t = np.concatenate([x[1] for x in items])
+        a = np.concatenate([x[2] for x in items])
+        got = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(items), n)
+        A[[x[0] for x in items]] = got
+    return A, S
+
+
+def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int, per_group: dict,
+                    layer_plans: bool, memo: dict, A: np.ndarray, S: np.ndarray) -> None:
+    """_moe_rows' A and S of its rows `rows` through one group, into A and S: there every stage
+    has the group's floor m, a = (a_0, 0, ..., 0, h) (a_0 + h on one stage) and S = h + a_0 +
+    L m (the slot terms e (t_max - t_min), l (t_last - t_min) are 0), every row of one pp
+    split in one balanced_splits call, without per-row arrays (DeepSeek-V3 on 2,048 H800 with
+    idle GPUs reads 211,268 rows, all on one group; read row by row they took 3x its CPU)."""
+    n = len(idx)
+    terms = np.empty((len(rows), n, 3))
+    for k, r in enumerate(rows):
+        b, (uniq, _), reads, _, _ = pending[r]
+        g = uniq[0]
+        for si, i in enumerate(idx):
+            key = (i, g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
+            got = per_group.get(key)
+            if got is None:
+                got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
+            terms[k, si] = got
+    m, a0, h = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
+    S[rows] = h + a0 + L * m
+    pps = np.array([len(pending[r][0].classes[0].stage_groups) for r in rows], np.int64)
+    for pp in dict.fromkeys(pps.tolist()):
+        sel = np.flatnonzero(pps == pp)
+        t = np.repeat(m[sel].reshape(-1, 1), pp, axis=1)
+        a = np.zeros_like(t)
+        a[:, -1] += h[sel].reshape(-1)
+        a[:, 0] += a0[sel].reshape(-1)
+        A[np.array(rows, np.int64)[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+
+
+def _layout_floors(inst, b, idx: list[int], place: tuple, reads: tuple, per_group: dict, layer_plans: bool,
+                   memo: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t (scenarios, pp), h (scenarios), a_0 (scenarios)) of MoE block b at `reads` (_moe_kinds:
+    an expert layout and a v kind): each stage's least layer floor on its group, the least
+    output layer on the last stage's group and the least dense prefix of the groups that may
+    run the first stage (any before the last), each the least over the block's
+    sequence-parallel flags and recompute modes (_least_terms), kept in `per_group`."""
+    uniq, where = place
+    c, ty = b.classes[0], b.tally
+    tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
+    got = np.empty((3, len(idx), len(uniq)))
+    for si, i in enumerate(idx):
+        for gi, g in enumerate(uniq):
+            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, reads)
+            terms = per_group.get(key)
+            if terms is None:
+                terms = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
+            got[:, si, gi] = terms
+    first = [uniq.index(g) for g in dict.fromkeys(c.stage_groups[:-1] or c.stage_groups)]
+    return got[0][:, where], got[2][:, uniq.index(c.stage_groups[-1])], got[1][:, first].min(axis=1)
+
+
+def _least_terms(inst, b, i: int, g: int, reads: tuple | None, layer_plans: bool, memo: dict) -> tuple:
+    """(layer floor, dense prefix a_0, output layer) of block b's stages on group g, scenario i,
+    each the least over the block's sequence-parallel flags and recompute modes
+    (unpriced.stage_floor_terms; stage_bound_rows: the bound grows with each), at the first
+    spec's expert layout and v = 1, or an MoE model's `reads` (_moe_kinds: its layout and v)."""
+    ty = b.tally
+    _, zero, _, _, ep, etp, _, _ = ty.first
+    layouts, vs = reads[:2] if reads else (((ep, etp),), (1,))
+    terms = [stage_floor_terms(inst, i, b.outer(sp, zero, v, rc, ep, etp, False, False), 0, g, layer_plans, memo)
+             for sp in ty.sps for rc in b.recompute for ep, etp in layouts for v in vs]
+    return tuple(min(x[j] for x in terms) for j in range(3))
 
 
 def _relaxed_rows(kept: list, rel: list, n: int) -> np.ndarray:
