@@ -1586,7 +1586,9 @@ def _reduce_overlaps(job: JobSpec, o: Outer) -> bool:
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts:
     if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
-        return _layer_costs(inst, o, site, dp_n, net, layer_fn)
+        if inst.model.moe is not None:
+            return _layer_costs(inst, o, site, dp_n, net, layer_fn)
+        return _plan_layer_costs_kept(inst, o, site, dp_n, net, layer_fn(inst, o, site, net))
     # a dense layer's costs read neither the pipeline (pp, v, micro-batch count) nor dp apart
     # from the ring size dp_n (megatron_layer, _layer_costs), so configurations differing only
     # there share them, except whether the gradient reduction overlaps, which reads pp and v
@@ -1600,6 +1602,29 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
             else (_dense_layer_view(o), _reduce_overlaps(inst.job, o)))
     key = (id(inst), id(site), view, dp_n, net)
     return _LAYER_COSTS.read_pair(key, inst, site, _layer_costs_held, inst, o, site, dp_n, net, layer_fn, params)[0]
+
+
+# _layer_costs of a layer plan's LayerTerms on a dense model, by (instance, site, terms) identity
+# and what megatron_layer's memo keys (_shared_layer_costs): the closures of a plan are made per
+# configuration, but its terms are the ones partition._plan_terms / partition_plans.table_terms
+# keep per table, so the configurations of one table that differ only in the pipeline or dp
+# share them (the three-type, two-site row: 36,719 reads, 12,429 keys). Each entry holds its
+# terms and (in its value) its instance and site, so that their ids are not reused while it lives.
+_PLAN_LAYER_COSTS = IdentityCache(16384)
+
+
+def _plan_layer_costs_kept(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
+                           lt: LayerTerms) -> _LayerCosts:
+    """_layer_costs of `o` on `site` with the layer's terms `lt` (a dense model): it reads of `o`
+    only what _dense_layer_view keeps and the overlap flag, as megatron_layer's memo reads it, and
+    of the layer only `lt`; the same floats, from one read per key."""
+    key = (id(inst), id(site), id(lt), _dense_layer_view(o), _reduce_overlaps(inst.job, o), dp_n, net)
+    hit = _PLAN_LAYER_COSTS.get(key, lt)
+    if hit is not None and hit[0] is inst and hit[1] is site:
+        return hit[2]
+    costs = _layer_costs(inst, o, site, dp_n, net, lambda *_: lt)
+    _PLAN_LAYER_COSTS.put(key, lt, (inst, site, costs))
+    return costs
 
 
 def _layer_costs_held(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency, layer_fn,
