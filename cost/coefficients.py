@@ -966,6 +966,7 @@ def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, 
 # call on that row alone returns. Cleared when full: many instances in a test session.
 _CAPS: dict[tuple, np.ndarray] = {}
 _CAPS_MAX_ROWS = 100_000
+_CAPS_BATCH_ROWS = 8  # the most rows of a batch whose rows are kept (max_layers_per_stage)
 
 
 def _caps_key(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> tuple:
@@ -993,9 +994,13 @@ def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: 
             got.flags.writeable = False
         return got
     n = _max_layers_per_stage(*arrays, v, layers)
-    # a batch larger than the cache is not kept: it would only evict itself (a layer-plan grid
-    # of solver/class_partitions.py: 10^6 rows took minutes and 6 GB to store, none reread)
-    if n.ndim == 2 and len(n) <= _CAPS_MAX_ROWS and all(np.asarray(a).dtype == np.float64 for a in arrays):
+    # only a batch of a few rows is kept: build reads again rows of the bounds' small batches
+    # (GPT-3 175B on 1,024 A100: 63 rows of 187 kept), never those of a layer-plan grid or of
+    # the tight class terms' blocks (the three-type, two-site row with partitions: 19 rows of
+    # 72,615 kept from batches of over 64 rows read again, 405 of 52,727 from batches of 9 to
+    # 64, each kept at about 3 us for a cap computed at about 50 us; a grid of 10^6 rows took
+    # minutes and 6 GB to store)
+    if n.ndim == 2 and len(n) <= _CAPS_BATCH_ROWS and all(np.asarray(a).dtype == np.float64 for a in arrays):
         # each row's bytes as one row alone would give them (C order: a row of a C-contiguous
         # array is contiguous); broadcast where a row is shared
         rows = [np.ascontiguousarray(a if np.shape(a) == n.shape else np.broadcast_to(a, n.shape)) for a in arrays]
@@ -1009,22 +1014,28 @@ def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: 
 
 
 def _max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> np.ndarray:
-    """max_layers_per_stage, computed."""
+    """max_layers_per_stage, computed. Each stage's count comes from the same float operations
+    as the plain reading (tests/cost/test_parts11_caps_read.py keeps it), in fewer numpy calls:
+    the memory-free pass only where some layer costs no memory, fit(n + 1) and fit(n) in one
+    read (issue 33: 18,113 calls on the three-type, two-site row)."""
     saving = act - ckpt
     frees = saving > 0
+    held = state + act  # fit's per-layer bytes before recompute, the same float on every read
 
     def fit(n: np.ndarray) -> np.ndarray:  # cost/schedule.stage_mem_bytes with r = n where it frees
-        return stage_mem + n * (state + act) - np.where(frees, n, 0.0) * saving <= capacity
+        return stage_mem + n * held - np.where(frees, n, 0.0) * saving <= capacity
 
     least = state + np.where(frees, ckpt, act)
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.floor(np.maximum(capacity - stage_mem, 0) / least)
-    # (nan_to_num's nan and +inf to `layers`; -inf, as its most negative float, clips to 0)
-    n = np.clip(np.where(np.isnan(n) | (n == np.inf), layers, n), 0, layers)
-    n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))  # memory does not grow with n
+    # nan and +inf to `layers`, then into [0, layers] (-inf to 0): fmin reads nan as missing
+    n = np.maximum(np.fmin(n, layers), 0)
+    if not (least > 0).all():  # memory does not grow with n
+        n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))
     for _ in range(64):  # the guess is off by a float step or two: move it onto the predicate
-        up = (n < layers) & fit(n + 1)
-        down = (n > 0) & ~fit(n)
+        both = fit(np.stack(np.broadcast_arrays(n + 1, n)))  # fit(n + 1), fit(n) in one read
+        up = (n < layers) & both[0]
+        down = (n > 0) & ~both[1]
         if not (up.any() or down.any()):
             break
         n = n + up - down
