@@ -1033,7 +1033,7 @@ def _max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers:
     if not (least > 0).all():  # memory does not grow with n
         n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))
     for _ in range(64):  # the guess is off by a float step or two: move it onto the predicate
-        both = fit(np.stack(np.broadcast_arrays(n + 1, n)))  # fit(n + 1), fit(n) in one read
+        both = fit(np.stack((n + 1, n)))  # fit(n + 1), fit(n) in one read
         up = (n < layers) & both[0]
         down = (n > 0) & ~both[1]
         if not (up.any() or down.any()):

@@ -278,7 +278,8 @@ class OuterChoices:
         self.keys = keys = _choices(o)
         self.cg = {(k, g): _on_group(self.co[k], o, g) for k, g in keys}  # per choice: its tp
         self.first_stage = {(k, g): o.classes[k].stage_groups.index(g) for k, g in keys}
-        self.masks = {(k, g): np.array(o.classes[k].stage_groups) == g for k, g in keys}
+        # per choice: which of its class's stages lie on its group (read once its plans are)
+        self.masks = _Builds(lambda k, g: np.array(o.classes[k].stage_groups) == g)
         # (scenario, group) -> the group's instance alone, made when first read: most outers'
         # optimistic builds read only their open choices' (and those hit the memo)
         self.ginst = _Builds(lambda i, g: inst.group_alone(g, inst.scenarios[i].cluster))
