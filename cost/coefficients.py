@@ -966,6 +966,7 @@ def _expert_sync(params: float, ranks: int, link: tuple[Link, bool], zero: int, 
 # call on that row alone returns. Cleared when full: many instances in a test session.
 _CAPS: dict[tuple, np.ndarray] = {}
 _CAPS_MAX_ROWS = 100_000
+_CAPS_BATCH_ROWS = 8  # the most rows of a batch whose rows are kept (max_layers_per_stage)
 
 
 def _caps_key(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> tuple:
@@ -993,9 +994,13 @@ def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: 
             got.flags.writeable = False
         return got
     n = _max_layers_per_stage(*arrays, v, layers)
-    # a batch larger than the cache is not kept: it would only evict itself (a layer-plan grid
-    # of solver/class_partitions.py: 10^6 rows took minutes and 6 GB to store, none reread)
-    if n.ndim == 2 and len(n) <= _CAPS_MAX_ROWS and all(np.asarray(a).dtype == np.float64 for a in arrays):
+    # only a batch of a few rows is kept: build reads again rows of the bounds' small batches
+    # (GPT-3 175B on 1,024 A100: 63 rows of 187 kept), never those of a layer-plan grid or of
+    # the tight class terms' blocks (the three-type, two-site row with partitions: 19 rows of
+    # 72,615 kept from batches of over 64 rows read again, 405 of 52,727 from batches of 9 to
+    # 64, each kept at about 3 us for a cap computed at about 50 us; a grid of 10^6 rows took
+    # minutes and 6 GB to store)
+    if n.ndim == 2 and len(n) <= _CAPS_BATCH_ROWS and all(np.asarray(a).dtype == np.float64 for a in arrays):
         # each row's bytes as one row alone would give them (C order: a row of a C-contiguous
         # array is contiguous); broadcast where a row is shared
         rows = [np.ascontiguousarray(a if np.shape(a) == n.shape else np.broadcast_to(a, n.shape)) for a in arrays]
@@ -1009,22 +1014,28 @@ def max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: 
 
 
 def _max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v: int, layers: int) -> np.ndarray:
-    """max_layers_per_stage, computed."""
+    """max_layers_per_stage, computed. Each stage's count comes from the same float operations
+    as the plain reading (tests/cost/test_parts11_caps_read.py keeps it), in fewer numpy calls:
+    the memory-free pass only where some layer costs no memory, fit(n + 1) and fit(n) in one
+    read (issue 33: 18,113 calls on the three-type, two-site row)."""
     saving = act - ckpt
     frees = saving > 0
+    held = state + act  # fit's per-layer bytes before recompute, the same float on every read
 
     def fit(n: np.ndarray) -> np.ndarray:  # cost/schedule.stage_mem_bytes with r = n where it frees
-        return stage_mem + n * (state + act) - np.where(frees, n, 0.0) * saving <= capacity
+        return stage_mem + n * held - np.where(frees, n, 0.0) * saving <= capacity
 
     least = state + np.where(frees, ckpt, act)
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.floor(np.maximum(capacity - stage_mem, 0) / least)
-    # (nan_to_num's nan and +inf to `layers`; -inf, as its most negative float, clips to 0)
-    n = np.clip(np.where(np.isnan(n) | (n == np.inf), layers, n), 0, layers)
-    n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))  # memory does not grow with n
+    # nan and +inf to `layers`, then into [0, layers] (-inf to 0): fmin reads nan as missing
+    n = np.maximum(np.fmin(n, layers), 0)
+    if not (least > 0).all():  # memory does not grow with n
+        n = np.where(least > 0, n, np.where(fit(float(layers)), layers, 0))
     for _ in range(64):  # the guess is off by a float step or two: move it onto the predicate
-        up = (n < layers) & fit(n + 1)
-        down = (n > 0) & ~fit(n)
+        both = fit(np.stack((n + 1, n)))  # fit(n + 1), fit(n) in one read
+        up = (n < layers) & both[0]
+        down = (n > 0) & ~both[1]
         if not (up.any() or down.any()):
             break
         n = n + up - down
@@ -1586,7 +1597,9 @@ def _reduce_overlaps(job: JobSpec, o: Outer) -> bool:
 def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
                         layer_fn) -> _LayerCosts:
     if layer_fn is not megatron_layer:  # partition layer plans: closures made per configuration
-        return _layer_costs(inst, o, site, dp_n, net, layer_fn)
+        if inst.model.moe is not None:
+            return _layer_costs(inst, o, site, dp_n, net, layer_fn)
+        return _plan_layer_costs_kept(inst, o, site, dp_n, net, layer_fn(inst, o, site, net))
     # a dense layer's costs read neither the pipeline (pp, v, micro-batch count) nor dp apart
     # from the ring size dp_n (megatron_layer, _layer_costs), so configurations differing only
     # there share them, except whether the gradient reduction overlaps, which reads pp and v
@@ -1600,6 +1613,29 @@ def _shared_layer_costs(inst: Instance, o: Outer, site: Site, dp_n: int, net: Ne
             else (_dense_layer_view(o), _reduce_overlaps(inst.job, o)))
     key = (id(inst), id(site), view, dp_n, net)
     return _LAYER_COSTS.read_pair(key, inst, site, _layer_costs_held, inst, o, site, dp_n, net, layer_fn, params)[0]
+
+
+# _layer_costs of a layer plan's LayerTerms on a dense model, by (instance, site, terms) identity
+# and what megatron_layer's memo keys (_shared_layer_costs): the closures of a plan are made per
+# configuration, but its terms are the ones partition._plan_terms / partition_plans.table_terms
+# keep per table, so the configurations of one table that differ only in the pipeline or dp
+# share them (the three-type, two-site row: 36,719 reads, 12,429 keys). Each entry holds its
+# terms and (in its value) its instance and site, so that their ids are not reused while it lives.
+_PLAN_LAYER_COSTS = IdentityCache(16384)
+
+
+def _plan_layer_costs_kept(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency,
+                           lt: LayerTerms) -> _LayerCosts:
+    """_layer_costs of `o` on `site` with the layer's terms `lt` (a dense model): it reads of `o`
+    only what _dense_layer_view keeps and the overlap flag, as megatron_layer's memo reads it, and
+    of the layer only `lt`; the same floats, from one read per key."""
+    key = (id(inst), id(site), id(lt), _dense_layer_view(o), _reduce_overlaps(inst.job, o), dp_n, net)
+    hit = _PLAN_LAYER_COSTS.get(key, lt)
+    if hit is not None and hit[0] is inst and hit[1] is site:
+        return hit[2]
+    costs = _layer_costs(inst, o, site, dp_n, net, lambda *_: lt)
+    _PLAN_LAYER_COSTS.put(key, lt, (inst, site, costs))
+    return costs
 
 
 def _layer_costs_held(inst: Instance, o: Outer, site: Site, dp_n: int, net: NetEfficiency, layer_fn,

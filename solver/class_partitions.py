@@ -80,6 +80,7 @@ from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (StageCoefficients, backward_lowers_only_syncs, build, build_plans,
                                         build_and_backward_syncs)
 from paraplan.cost.comm import NetEfficiency
+from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
@@ -191,9 +192,18 @@ def partition_count(inst, o) -> int:
     per-operator partitions): every (class, group) takes any plan of its tp group."""
     if not enabled(inst):
         return 1
-    # a choice's plans read only its tp group, ZeRO stage (token splits) and sp flag
-    # (partition_plans.plans_per_outer): counted once per such key, not per outer (the
-    # three-type, two-site Llama-3 70B counts 92,866 outers, each several times)
+    # what the count reads of `o` (_counted): its classes' groups, the tp of each group, its
+    # ZeRO stage and sp flag; the classes tuple is a layout's, shared by its outers, so kept by
+    # identity (the search asks per outer, 54,650 times on 32 A100 + 32 H100 with partitions
+    # and the three layout options: about 4 us each to read _counted's key)
+    key = (id(o.classes), o.tp, o.group_tp, o.zero, o.sequence_parallel)
+    return _BY_SHAPE.read(key, o.classes, _counted, inst, o)
+
+
+def _counted(inst, o) -> int:
+    """partition_count, read: a choice's plans read only its tp group, ZeRO stage (token
+    splits) and sp flag (partition_plans.plans_per_outer), counted once per such key, not per
+    outer (the three-type, two-site Llama-3 70B counts 92,866 outers, each several times)."""
     tps = tuple(o.tp_of(g) for _, g in _choices(o))
     key = (tps, o.zero, o.sequence_parallel)
     got = _COUNTS.get(key)
@@ -202,7 +212,10 @@ def partition_count(inst, o) -> int:
     return got
 
 
-_COUNTS: dict[tuple, int] = {}  # partition_count's, by (tp per choice, ZeRO stage, sp)
+_COUNTS: dict[tuple, int] = {}  # _counted's, by (tp per choice, ZeRO stage, sp)
+# partition_count's by (the classes' identity, tp, group tps, ZeRO stage, sp), each entry
+# holding its classes tuple
+_BY_SHAPE = IdentityCache(4096)
 
 
 def _spans_of(a: int, b: int, parts: int) -> list[tuple[int, int]]:
@@ -265,9 +278,11 @@ class OuterChoices:
         self.keys = keys = _choices(o)
         self.cg = {(k, g): _on_group(self.co[k], o, g) for k, g in keys}  # per choice: its tp
         self.first_stage = {(k, g): o.classes[k].stage_groups.index(g) for k, g in keys}
-        self.masks = {(k, g): np.array(o.classes[k].stage_groups) == g for k, g in keys}
-        self.ginst = {(i, g): inst.group_alone(g, inst.scenarios[i].cluster)
-                      for i in scenarios for _, g in keys}
+        # per choice: which of its class's stages lie on its group (read once its plans are)
+        self.masks = _Builds(lambda k, g: np.array(o.classes[k].stage_groups) == g)
+        # (scenario, group) -> the group's instance alone, made when first read: most outers'
+        # optimistic builds read only their open choices' (and those hit the memo)
+        self.ginst = _Builds(lambda i, g: inst.group_alone(g, inst.scenarios[i].cluster))
         # (k, g) choices with more than Megatron's plan
         self.open = [(k, g) for k, g in keys if P.spatial_temporal_allowed(self.cg[k, g])]
         self.total = partition_count(inst, o)  # combinations, dominated ones included

@@ -1,5 +1,6 @@
-"""cost/coefficients.max_layers_per_stage keeps each row's caps (_CAPS): a row a batch computed
-is what a call on that row alone computes, and a second call on a row reads the kept one."""
+"""cost/coefficients.max_layers_per_stage keeps each row's caps (_CAPS): a row a batch of a few
+rows computed is what a call on that row alone computes, and a second call on a row reads the
+kept one; a larger batch keeps none."""
 
 import numpy as np
 
@@ -17,7 +18,14 @@ def test_a_row_from_a_batch_is_the_row_computed_alone():
     # at most 5 GB each need up to 240 GB)
     stage_mem = rng.uniform(0, 70e9, (rows, pp))
     C._CAPS.clear()
+    # a batch of more than _CAPS_BATCH_ROWS rows keeps none (a grid's rows are not read again);
+    # the same rows in batches of that many are each kept
     batch = C.max_layers_per_stage(state, act, ckpt, capacity, stage_mem, v, layers)
+    assert rows > C._CAPS_BATCH_ROWS and len(C._CAPS) == 0
+    step = C._CAPS_BATCH_ROWS
+    parts = [C.max_layers_per_stage(*(a[r:r + step] for a in (state, act, ckpt, capacity, stage_mem)), v, layers)
+             for r in range(0, rows, step)]
+    assert np.concatenate(parts).tobytes() == batch.tobytes()
     assert len(C._CAPS) == rows
     for r in range(rows):
         one = (state[r].copy(), act[r].copy(), ckpt[r].copy(), capacity[r].copy(), stage_mem[r].copy())
