@@ -31,6 +31,7 @@ as on one group: it is priced at that count (min(pp - s, m) in flight).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 import numpy as np
@@ -73,11 +74,28 @@ def class_outer(ho: ClassOuter, k: int, num_micro_batches: int | None = None,
     if m < c.pp and len(ho.classes) > 1:
         raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; with several"
                          f" classes 1F1B needs >= {c.pp}")
-    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
-                 num_micro_batches=m, virtual_stages=v,
-                 sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
-                 ep=ho.ep, etp=ho.etp, embedding_in_split=ho.embedding_in_split,
-                 loss_in_split=ho.loss_in_split, zero_bubble=ho.zero_bubble)
+    key = (_OUTER_MODES(ho), c.pp, c.replicas, m)
+    hit = _CLASS_OUTERS.get(key)
+    if hit is None:
+        if len(_CLASS_OUTERS) >= CLASS_OUTERS_KEPT:
+            _CLASS_OUTERS.clear()
+        hit = _CLASS_OUTERS[key] = Outer(
+            tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch, num_micro_batches=m,
+            virtual_stages=v, sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
+            ep=ho.ep, etp=ho.etp, embedding_in_split=ho.embedding_in_split, loss_in_split=ho.loss_in_split,
+            zero_bubble=ho.zero_bubble)
+    return hit
+
+
+# class_outer's Outers by all they read: the modes of the configuration (_OUTER_MODES, read in
+# C), the class's stage count and replicas, and its count. Building a frozen Outer (its
+# __post_init__ checks) was 1.7% of the 8 x 8 row's CPU (issue 33: 18,173 class_outers calls,
+# the classes of 10,304 several-class configurations, whose shapes repeat across stage orders);
+# a record is immutable, so one object serves every equal ask
+CLASS_OUTERS_KEPT = 65_536
+_CLASS_OUTERS: dict[tuple, Outer] = {}
+_OUTER_MODES = operator.attrgetter("tp", "cp", "micro_batch", "virtual_stages", "sequence_parallel", "recompute",
+                                   "zero", "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble")
 
 
 def class_outers(job, ho: ClassOuter) -> list[Outer]:
@@ -93,10 +111,12 @@ def class_outers(job, ho: ClassOuter) -> list[Outer]:
     return [class_outer(ho, k, None, paired) for k in range(K)]
 
 
-# _ring_link of several classes by the cluster's identity (held in the entry, so that its id is
-# not reused while it lives) and what the ring reads of the configuration: their ring is one for
-# all their groups, and each class's placement and each group's sync asked for it again (8 GPU
-# types x 8 nodes: 27,346 calls for 8,352 rings; issue 33)
+# _ring_link of several classes by the cluster's and the classes tuple's identities (both held
+# in the entry, so that their ids are not reused while it lives) and what the ring reads of the
+# configuration beside them: their ring is one for all their groups, and each class's placement
+# and each group's sync asked for it again (8 GPU types x 8 nodes: 27,346 calls for 8,352 rings;
+# issue 33). The configurations of one layout share its classes tuple (solver/space.py), and
+# hashing it hashed each class's record again per call
 _RINGS = IdentityCache(65536)
 
 
@@ -105,8 +125,8 @@ def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
     """_ring_of, kept in _RINGS for several classes (a lone class's reads one group link)."""
     if len(ho.classes) == 1:
         return _ring_of(hc, ho, stage_group, ep, etp)
-    key = (id(hc), ho.classes, ho.tp, ho.group_tp, ho.cp, ep, etp)
-    return _RINGS.read(key, hc, _ring_of, hc, ho, stage_group, ep, etp)
+    key = (id(hc), id(ho.classes), ho.tp, ho.group_tp, ho.cp, ep, etp)
+    return _RINGS.read_pair(key, hc, ho.classes, _ring_of, hc, ho, stage_group, ep, etp)
 
 
 def _ring_of(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
