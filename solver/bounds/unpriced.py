@@ -78,13 +78,16 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     moe = inst.model.moe is not None
     total = inst.job.global_batch
     dualpipe = inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE  # its own objective
-    floors: dict[tuple, float] = {}  # (scenario, group, the layer's outer) -> floor
-    prefix: dict[tuple, float] = {}  # the same -> the first stage's dense-prefix extra
-    head: dict[tuple, float] = {}  # the same -> the output layer, if its stage is the last
     rows: dict[tuple, int] = {}  # (t row, a_0, a_last, v, layers) -> its index among the distinct rows
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
     single = {} if memo is None else memo  # stage_floor_terms' memo
+    # (scenario, group, the layer's outer) -> floor; the same -> the first stage's dense-prefix
+    # extra; the same -> the output layer, if its stage is the last. Each is the least of
+    # stage_floor_terms over the sp and recompute values, which it reads beside its key: kept
+    # in the memo across calls by those (8 x 8 row, issue 33: 1,826 calls, most of their keys
+    # met in an earlier call)
+    floors, prefix, head = single.setdefault(("stage floors", layer_plans, sp_values, recompute_values), ({}, {}, {}))
 
     def floor_of(i: int, o, k: int, g: int) -> tuple[float, float, float]:
         return stage_floor_terms(inst, i, o, k, g, layer_plans, single)
