@@ -111,12 +111,10 @@ def class_outers(job, ho: ClassOuter) -> list[Outer]:
     return [class_outer(ho, k, None, paired) for k in range(K)]
 
 
-# _ring_link of several classes by the cluster's and the classes tuple's identities (both held
-# in the entry, so that their ids are not reused while it lives) and what the ring reads of the
-# configuration beside them: their ring is one for all their groups, and each class's placement
-# and each group's sync asked for it again (8 GPU types x 8 nodes: 27,346 calls for 8,352 rings;
-# issue 33). The configurations of one layout share its classes tuple (solver/space.py), and
-# hashing it hashed each class's record again per call
+# _ring_link of several classes by the cluster's identity (held in the entry, so that its id is
+# not reused while it lives) and what the ring reads of the configuration: their ring is one for
+# all their groups, and each class's placement and each group's sync asked for it again (8 GPU
+# types x 8 nodes: 27,346 calls for 8,352 rings; issue 33)
 _RINGS = IdentityCache(65536)
 
 
@@ -125,8 +123,8 @@ def _ring_link(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
     """_ring_of, kept in _RINGS for several classes (a lone class's reads one group link)."""
     if len(ho.classes) == 1:
         return _ring_of(hc, ho, stage_group, ep, etp)
-    key = (id(hc), id(ho.classes), ho.tp, ho.group_tp, ho.cp, ep, etp)
-    return _RINGS.read_pair(key, hc, ho.classes, _ring_of, hc, ho, stage_group, ep, etp)
+    key = (id(hc), ho.classes, ho.tp, ho.group_tp, ho.cp, ep, etp)
+    return _RINGS.read(key, hc, _ring_of, hc, ho, stage_group, ep, etp)
 
 
 def _ring_of(hc: Cluster, ho: ClassOuter, stage_group: int, ep: int = 1,
@@ -230,15 +228,23 @@ def group_site(hc: Cluster, ho: ClassOuter, g: int, rings: bool = True) -> Site:
     coefficients.layer_time_floor_s reads, from the group alone."""
     cl, t = hc.groups[g], ho.tp_of(g)
     tp_link = comm.group_link(cl, t, 1)
-    site = Site(gpu=cl.gpu, tp_link=tp_link, cp_link=comm.group_link(cl, ho.cp, t),
-                dp_link=_ring_link(hc, ho, g) if rings else tp_link, tp=t if ho.group_tp else None)
+    dp_link, edp_link = ring_links(hc, ho, g) if rings else (tp_link, None)
+    site = Site(gpu=cl.gpu, tp_link=tp_link, cp_link=comm.group_link(cl, ho.cp, t), dp_link=dp_link,
+                tp=t if ho.group_tp else None)
     if ho.ep > 1 or ho.etp is not None:  # the ep group: ep ranks of one stage of this
         # class, etp apart (the group's tp unless folded), on this group (cost/moe.py)
         e = t if ho.etp is None else ho.etp
-        site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e),
-                       edp_link=_ring_link(hc, ho, g, ho.ep, ho.etp) if rings else None,
+        site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e), edp_link=edp_link,
                        etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
     return site
+
+
+def ring_links(hc: Cluster, ho: ClassOuter, g: int) -> tuple[tuple[Link, bool], tuple[Link, bool] | None]:
+    """(dp_link, edp_link) of group_site(hc, ho, g): the gradient ring's link and, with an expert
+    layout (ep > 1 or an etp), the expert-data-parallel ring's (else None), without the rest of
+    the site (the bound that reads memory reads only these of several classes' shared ring)."""
+    edp = _ring_link(hc, ho, g, ho.ep, ho.etp) if ho.ep > 1 or ho.etp is not None else None
+    return _ring_link(hc, ho, g), edp
 
 
 _SITES: dict[tuple[int, Site], Site] = {}
