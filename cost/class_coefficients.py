@@ -194,7 +194,7 @@ def class_placement(hc: Cluster, ho: ClassOuter, k: int) -> Placement:
             memo[key] = comm.pair_link(hc.groups[ga], ra, c.replicas * unit[ga], rz - ra)
         return memo[key]
 
-    site_of = {g: _intern(g, group_site(hc, ho, g)) for g in set(c.stage_groups)}
+    site_of = {g: _placed_site(hc, ho, g) for g in set(c.stage_groups)}
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
@@ -245,6 +245,21 @@ def ring_links(hc: Cluster, ho: ClassOuter, g: int) -> tuple[tuple[Link, bool], 
     the site (the bound that reads memory reads only these of several classes' shared ring)."""
     edp = _ring_link(hc, ho, g, ho.ep, ho.etp) if ho.ep > 1 or ho.etp is not None else None
     return _ring_link(hc, ho, g), edp
+
+
+# class_placement's interned group_site by the network's identity (held in the entry) and what
+# the site reads of the configuration: the group's tp, cp, whether tp is per group, the expert
+# layout and the ring (a lone class's replicas; several classes' shapes at each group's tp:
+# _ring_link). The bound before pricing places 2,166 classes on the 8 x 8 row (issue 33), each
+# site built and hashed again before
+_PLACED_SITES = IdentityCache(65536)
+
+
+def _placed_site(hc: Cluster, ho: ClassOuter, g: int) -> Site:
+    """_intern(g, group_site(hc, ho, g)), kept in _PLACED_SITES."""
+    ring = ho.classes[0].replicas if len(ho.classes) == 1 else (ho.classes, ho.tp, ho.group_tp)
+    key = (id(hc), g, ho.tp_of(g), ho.cp, bool(ho.group_tp), ho.ep, ho.etp, ring)
+    return _PLACED_SITES.read(key, hc, lambda: _intern(g, group_site(hc, ho, g)))
 
 
 _SITES: dict[tuple[int, Site], Site] = {}
