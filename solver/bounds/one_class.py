@@ -121,9 +121,19 @@ TIGHT_ARRAYS = ("stage_time_s", "layer_time_s", "recompute_time_s", "stage_sync_
 
 
 def _piecewise(n, base, slope1, knee, slope2):
-    """f_s(n) = base + slope1 min(n, knee) + slope2 max(n - knee, 0), broadcast over n."""
-    with np.errstate(invalid="ignore"):
-        return base + slope1 * np.minimum(n, knee) + np.where(n > knee, slope2 * (n - knee), 0.0)
+    """f_s(n) = base + slope1 min(n, knee) + slope2 max(n - knee, 0), broadcast over n (the
+    pieces of one shape). The expression's operations in its order, written in place (a sum or
+    product of two floats is the same float either way round): base + slope1 min(n, knee), then
+    plus slope2 (n - knee) where n > knee, else plus 0: three full-size arrays, not eight (the
+    listing of the bound before pricing that reads memory, issue 33)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = slope1 * np.minimum(n, knee)
+        out += base
+        past = n - knee
+        past *= slope2
+        np.copyto(past, 0.0, where=~(n > knee))
+        out += past
+    return out
 
 
 def _listed_chunks(L: int, v: int, ncap) -> int:
