@@ -31,6 +31,7 @@ as on one group: it is priced at that count (min(pp - s, m) in flight).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 import numpy as np
@@ -73,11 +74,28 @@ def class_outer(ho: ClassOuter, k: int, num_micro_batches: int | None = None,
     if m < c.pp and len(ho.classes) > 1:
         raise ValueError(f"class {k} has {c.pp} stages and {m} micro-batches; with several"
                          f" classes 1F1B needs >= {c.pp}")
-    return Outer(tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch,
-                 num_micro_batches=m, virtual_stages=v,
-                 sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
-                 ep=ho.ep, etp=ho.etp, embedding_in_split=ho.embedding_in_split,
-                 loss_in_split=ho.loss_in_split, zero_bubble=ho.zero_bubble)
+    key = (_OUTER_MODES(ho), c.pp, c.replicas, m)
+    hit = _CLASS_OUTERS.get(key)
+    if hit is None:
+        if len(_CLASS_OUTERS) >= CLASS_OUTERS_KEPT:
+            _CLASS_OUTERS.clear()
+        hit = _CLASS_OUTERS[key] = Outer(
+            tp=ho.tp, pp=c.pp, dp=c.replicas, cp=ho.cp, micro_batch=ho.micro_batch, num_micro_batches=m,
+            virtual_stages=v, sequence_parallel=ho.sequence_parallel, recompute=ho.recompute, zero=ho.zero,
+            ep=ho.ep, etp=ho.etp, embedding_in_split=ho.embedding_in_split, loss_in_split=ho.loss_in_split,
+            zero_bubble=ho.zero_bubble)
+    return hit
+
+
+# class_outer's Outers by all they read: the modes of the configuration (_OUTER_MODES, read in
+# C), the class's stage count and replicas, and its count. Building a frozen Outer (its
+# __post_init__ checks) was 1.7% of the 8 x 8 row's CPU (issue 33: 18,173 class_outers calls,
+# the classes of 10,304 several-class configurations, whose shapes repeat across stage orders);
+# a record is immutable, so one object serves every equal ask
+CLASS_OUTERS_KEPT = 65_536
+_CLASS_OUTERS: dict[tuple, Outer] = {}
+_OUTER_MODES = operator.attrgetter("tp", "cp", "micro_batch", "virtual_stages", "sequence_parallel", "recompute",
+                                   "zero", "ep", "etp", "embedding_in_split", "loss_in_split", "zero_bubble")
 
 
 def class_outers(job, ho: ClassOuter) -> list[Outer]:
@@ -176,7 +194,7 @@ def class_placement(hc: Cluster, ho: ClassOuter, k: int) -> Placement:
             memo[key] = comm.pair_link(hc.groups[ga], ra, c.replicas * unit[ga], rz - ra)
         return memo[key]
 
-    site_of = {g: _intern(g, group_site(hc, ho, g)) for g in set(c.stage_groups)}
+    site_of = {g: _placed_site(hc, ho, g) for g in set(c.stage_groups)}
     sites = [site_of[g] for g in c.stage_groups]
     # interleaving: the last stage hands each chunk back to the first (as on one group)
     wrap = ((c.pp - 1, 0),) if ho.virtual_stages > 1 and c.pp > 1 else ()
@@ -210,15 +228,38 @@ def group_site(hc: Cluster, ho: ClassOuter, g: int, rings: bool = True) -> Site:
     coefficients.layer_time_floor_s reads, from the group alone."""
     cl, t = hc.groups[g], ho.tp_of(g)
     tp_link = comm.group_link(cl, t, 1)
-    site = Site(gpu=cl.gpu, tp_link=tp_link, cp_link=comm.group_link(cl, ho.cp, t),
-                dp_link=_ring_link(hc, ho, g) if rings else tp_link, tp=t if ho.group_tp else None)
+    dp_link, edp_link = ring_links(hc, ho, g) if rings else (tp_link, None)
+    site = Site(gpu=cl.gpu, tp_link=tp_link, cp_link=comm.group_link(cl, ho.cp, t), dp_link=dp_link,
+                tp=t if ho.group_tp else None)
     if ho.ep > 1 or ho.etp is not None:  # the ep group: ep ranks of one stage of this
         # class, etp apart (the group's tp unless folded), on this group (cost/moe.py)
         e = t if ho.etp is None else ho.etp
-        site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e),
-                       edp_link=_ring_link(hc, ho, g, ho.ep, ho.etp) if rings else None,
+        site = replace(site, ep_links=moe.ep_links(cl, ho.ep, e), edp_link=edp_link,
                        etp_link=comm.group_link(cl, ho.etp, 1) if ho.etp is not None else None)
     return site
+
+
+def ring_links(hc: Cluster, ho: ClassOuter, g: int) -> tuple[tuple[Link, bool], tuple[Link, bool] | None]:
+    """(dp_link, edp_link) of group_site(hc, ho, g): the gradient ring's link and, with an expert
+    layout (ep > 1 or an etp), the expert-data-parallel ring's (else None), without the rest of
+    the site (the bound that reads memory reads only these of several classes' shared ring)."""
+    edp = _ring_link(hc, ho, g, ho.ep, ho.etp) if ho.ep > 1 or ho.etp is not None else None
+    return _ring_link(hc, ho, g), edp
+
+
+# class_placement's interned group_site by the network's identity (held in the entry) and what
+# the site reads of the configuration: the group's tp, cp, whether tp is per group, the expert
+# layout and the ring (a lone class's replicas; several classes' shapes at each group's tp:
+# _ring_link). The bound before pricing places 2,166 classes on the 8 x 8 row (issue 33), each
+# site built and hashed again before
+_PLACED_SITES = IdentityCache(65536)
+
+
+def _placed_site(hc: Cluster, ho: ClassOuter, g: int) -> Site:
+    """_intern(g, group_site(hc, ho, g)), kept in _PLACED_SITES."""
+    ring = ho.classes[0].replicas if len(ho.classes) == 1 else (ho.classes, ho.tp, ho.group_tp)
+    key = (id(hc), g, ho.tp_of(g), ho.cp, bool(ho.group_tp), ho.ep, ho.etp, ring)
+    return _PLACED_SITES.read(key, hc, lambda: _intern(g, group_site(hc, ho, g)))
 
 
 _SITES: dict[tuple[int, Site], Site] = {}

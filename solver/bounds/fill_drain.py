@@ -154,22 +154,22 @@ def _read_window(a, t, cap, live, start, W: int, room, kinds, G_inf, m, cut, tai
     # result, is the same float (most levels of a window are past a cap, or far above the
     # least: issue 33, 8 types)
     Z = np.sort(vals.reshape(N, -1), axis=1)  # (N, levels): the levels a split's slowest stage can take
-    with np.errstate(invalid="ignore"):
-        low = (m[:, None] - 1) * Z + G_inf[:, None]
     best = tail.copy()
     step = max(LEVELS_AT_ONCE, LEVEL_READS_AT_ONCE // N)
-    for c0 in range(0, Z.shape[1], step):
-        cols = slice(c0, c0 + step)
-        with np.errstate(invalid="ignore"):  # inf - inf where no bound yet: read
+    # (one errstate for every pass: inf - inf where no bound yet, read; an absent kind's 0 x inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        low = (m[:, None] - 1) * Z + G_inf[:, None]
+        for c0 in range(0, Z.shape[1], step):
+            cols = slice(c0, c0 + step)
             todo = (np.isfinite(Z[:, cols]) & ~(low[:, cols] - best[:, None] > LEVEL_SKIP_REL * np.abs(best[:, None]))
                     & ~(low[:, cols] > cut[:, None]))
-        r, c = np.nonzero(todo)
-        if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
-            break
-        z = Z[r, c0 + c]
-        held = _held(*(x.take(r, axis=0) for x in (kinds.a, kinds.t, kinds.cap)), z)  # per kind, so in the sorted order too
-        F = (m.take(r) - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
-        _lower(best, r, F)
+            r, c = np.nonzero(todo)
+            if not len(r):  # every later level is past a cap or above the least (the bound rises with Z)
+                break
+            z = Z[r, c0 + c]
+            held = _held(*(x.take(r, axis=0) for x in (kinds.a, kinds.t, kinds.cap)), z)  # per kind: in the sorted order too
+            F = (m.take(r) - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
+            _lower(best, r, F)
     return best
 
 
@@ -421,13 +421,17 @@ def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.nd
     rate = np.where(present, count / np.where(present, t, 1.0), 0.0) if rate is None else np.asarray(rate, float)
     ok = (np.isfinite(np.where(present, t, 1.0)).all(1) & np.isfinite(np.where(present, rate, 1.0)).all(1)
           & (count.sum(1) <= layers))
-    r = np.flatnonzero(ok)
-    t, count, m = t[r], count[r], np.broadcast_to(np.asarray(m, float), (N,))[r]
+    m = np.broadcast_to(np.asarray(m, float), (N,))
+    if ok.all():  # (most calls: every row, read in place, not gathered)
+        r = slice(None)
+    else:
+        r = np.flatnonzero(ok)
+        t, count, m, rate = t[r], count[r], m[r], rate[r]
     t = np.where(count > 0, t, np.inf)  # an absent kind: no room, no cost
     order = np.argsort(t, axis=1, kind="stable")
     rows = np.arange(len(order))[:, None]  # (take_along_axis's gathers, without its checks)
     t, c = t[rows, order], count[rows, order]
-    rate = np.where(c > 0, rate[r][rows, order], 0.0)
+    rate = np.where(c > 0, rate[rows, order], 0.0)
     extra = layers - c.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         zj = (extra + np.cumsum(c, axis=1)) / np.cumsum(rate, axis=1)

@@ -121,23 +121,43 @@ TIGHT_ARRAYS = ("stage_time_s", "layer_time_s", "recompute_time_s", "stage_sync_
 
 
 def _piecewise(n, base, slope1, knee, slope2):
-    """f_s(n) = base + slope1 min(n, knee) + slope2 max(n - knee, 0), broadcast over n."""
-    with np.errstate(invalid="ignore"):
-        return base + slope1 * np.minimum(n, knee) + np.where(n > knee, slope2 * (n - knee), 0.0)
+    """f_s(n) = base + slope1 min(n, knee) + slope2 max(n - knee, 0), broadcast over n (the
+    pieces of one shape). The expression's operations in its order, written in place (a sum or
+    product of two floats is the same float either way round): base + slope1 min(n, knee), then
+    plus slope2 (n - knee) where n > knee, else plus 0: three full-size arrays, not eight (the
+    listing of the bound before pricing that reads memory, issue 33)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = slope1 * np.minimum(n, knee)
+        out += base
+        past = n - knee
+        past *= slope2
+        np.copyto(past, 0.0, where=~(n > knee))
+        out += past
+    return out
 
 
-def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndarray:
+def _listed_chunks(L: int, v: int, ncap) -> int:
+    """The chunk counts _min_bottleneck lists per stage: up to the largest cap of any row."""
+    return max(1, int(np.nanmax(np.where(np.isfinite(ncap), ncap, L), initial=v)) // v)
+
+
+def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2, live=None) -> np.ndarray:
     """For every row: a lower bound (the exact value, lowered by FLOAT_SAFETY) of the min over
     splits (n_s multiples of v, v <= n_s <= ncap_s, sum n_s = L) of max_s f_s(n_s), f_s =
     _piecewise, non-decreasing. A level Z admits a split iff every stage can hold >= 1 chunk of
     v layers with f_s <= Z and they can hold >= L // v chunks together; stage s holds j chunks
     within Z iff f_s(j v) <= Z. So the least such level is the larger of max_s f_s(v) and the
     (L // v)-th smallest of all the values f_s(j v), 1 <= j <= ncap_s / v (inf where there are
-    fewer): the optimum is one of those values, found by one partition, not by bisection."""
+    fewer): the optimum is one of those values, found by one partition, not by bisection.
+    `live` (rows, pp), where given: the stages each row has (rows of fewer stages padded, their
+    padded stages capped at 0, so that they list only inf): the first chunk's level is read
+    over those alone, and the (L // v)-th smallest of the rest is the same float (a padded
+    stage adds inf values, which sort past it). Callers keep pp x chunks within the block."""
     rows, pp = base.shape
     need = L // v
-    chunks = max(1, int(np.nanmax(np.where(np.isfinite(ncap), ncap, L), initial=v)) // v)
+    chunks = _listed_chunks(L, v, ncap)
     if pp * chunks > BOTTLENECK_BLOCK_FLOATS:  # one row's values alone exceed the block
+        assert live is None, "padded rows are listed within the block only"
         return _min_bottleneck_by_counts(L, v, ncap, (base, slope1, knee, slope2)) * (1 - FLOAT_SAFETY)
     j = v * np.arange(1, chunks + 1, dtype=float)
     out = np.empty(rows)
@@ -154,7 +174,8 @@ def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2) -> np.ndar
                 kth = np.full(flat.shape[0], np.inf)
             else:
                 kth = np.partition(flat, need - 1, axis=1)[:, need - 1]
-            out[sl] = np.maximum(kth, vals[:, :, 0].max(1))
+            first = vals[:, :, 0] if live is None else np.where(live[sl], vals[:, :, 0], -np.inf)
+            out[sl] = np.maximum(kth, first.max(1))
     return out * (1 - FLOAT_SAFETY)
 
 
@@ -289,6 +310,7 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
     seg1 = np.clip(np.minimum(knee, safe) - v, 0, None)
     seg2 = np.clip(safe - np.maximum(knee, v), 0, None)
     inf = np.where(fits, 0.0, np.inf)
+    padded = None if live is None else _padded_levels(L, v, live, safe, (a, d), (slope1, g), knee, slope2)
     out = []
     for block, end, n in zip(blocks, ends, rows):
         r = slice(end - n, end)
@@ -296,13 +318,36 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
         safe_, a_, d_, s1, g_, kn, s2, fv, sg1, sg2 = (
             (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2) if live is None else
             (x[r, :pp] for x in (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2)))
-        # tau* and delta* in one listing (rows stacked: each row's values are its own)
-        tau, delta = np.split(_min_bottleneck(L, v, np.vstack([safe_, safe_]), np.vstack([a_, d_]),
-                                              np.vstack([s1, g_]), np.vstack([kn, np.full_like(g_, np.inf)]),
-                                              np.vstack([s2, g_])), 2)
+        if padded is not None:
+            tau, delta = padded[0][r], padded[1][r]
+        else:  # tau* and delta* in one listing (rows stacked: each row's values are its own)
+            tau, delta = _levels(L, v, safe_, (a_, d_), (s1, g_), kn, s2)
         sigma = _least_stage_sum(L, v, fv, s1, s2, sg1, sg2)
         out.append((tau + inf[r], sigma + inf[r], delta + inf[r], fits[r]))
     return out
+
+
+def _levels(L: int, v: int, safe, base: tuple, slope: tuple, knee, slope2, live=None) -> tuple:
+    """(tau*, delta*) unlowered by fits of rows with caps `safe`: _min_bottleneck of the stage
+    times (base[0], slope[0], knee, slope2) and of the syncs (base[1], slope[1], linear), the
+    two stacked in one listing (each row's values are its own)."""
+    g = slope[1]
+    both = _min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack(base), np.vstack(slope),
+                           np.vstack([knee, np.full_like(g, np.inf)]), np.vstack([slope2, g]),
+                           None if live is None else np.vstack([live, live]))
+    return both[:len(g)], both[len(g):]
+
+
+def _padded_levels(L: int, v: int, live, safe, base: tuple, slope: tuple, knee, slope2) -> tuple | None:
+    """_levels of every row of tight_class_terms_of_blocks' padded blocks in one listing (a
+    padded stage capped at 0 lists no level; _min_bottleneck's `live`): each row's values are
+    the same floats as its block's own listing, and per call one listing, not one per block
+    (issue 33, 8 x 8 row: 3,162 listings of a median of 2 rows in 1,106 calls). None where a
+    row's values pass the block (each block is then listed, or bisected, on its own)."""
+    safe = np.where(live, safe, 0.0)
+    if safe.shape[1] * _listed_chunks(L, v, safe) > BOTTLENECK_BLOCK_FLOATS:
+        return None
+    return _levels(L, v, safe, base, slope, knee, slope2, live)
 
 
 def _padded(blocks: list[dict], P: int) -> dict:

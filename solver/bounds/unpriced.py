@@ -78,13 +78,19 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
     moe = inst.model.moe is not None
     total = inst.job.global_batch
     dualpipe = inst.job.pipeline_schedule is PipelineSchedule.DUALPIPE  # its own objective
-    floors: dict[tuple, float] = {}  # (scenario, group, the layer's outer) -> floor
-    prefix: dict[tuple, float] = {}  # the same -> the first stage's dense-prefix extra
-    head: dict[tuple, float] = {}  # the same -> the output layer, if its stage is the last
     rows: dict[tuple, int] = {}  # (t row, a_0, a_last, v, layers) -> its index among the distinct rows
     row_of = []  # per (outer, scenario, class), flat: its distinct row's index
 
     single = {} if memo is None else memo  # stage_floor_terms' memo
+    # (scenario, group, the layer's outer) -> floor; the same -> the first stage's dense-prefix
+    # extra; the same -> the output layer, if its stage is the last. Each is the least of
+    # stage_floor_terms over the sp and recompute values, which it reads beside its key: kept
+    # in the memo across calls by those (8 x 8 row, issue 33: 1,826 calls, most of their keys
+    # met in an earlier call)
+    # (kept_entries: outer_entries' (t row, a_0, a_last) by its entry key, which with these is all
+    # the floors it reads, kept across calls as they are)
+    floors, prefix, head, kept_entries = single.setdefault(("stage floors", layer_plans, sp_values, recompute_values),
+                                                           ({}, {}, {}, {}))
 
     def floor_of(i: int, o, k: int, g: int) -> tuple[float, float, float]:
         return stage_floor_terms(inst, i, o, k, g, layer_plans, single)
@@ -154,11 +160,14 @@ def floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights, unifor
                 ck = (i, o.tp, o.group_tp, modes, c.stage_groups)
                 e = entry_of.get(ck)
                 if e is None:
-                    per_group = {g: floor(i, o, k, g, modes) for g in set(c.stage_groups)}
+                    row = kept_entries.get(ck)
+                    if row is None:
+                        per_group = {g: floor(i, o, k, g, modes) for g in set(c.stage_groups)}
+                        row = kept_entries[ck] = (_canonical_row([per_group[g] for g in c.stage_groups]),
+                                                  first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
+                                                  last_stage_term(i, o, c.stage_groups[-1], modes, c.pp))
                     e = entry_of[ck] = len(entries)
-                    entries.append((_canonical_row([per_group[g] for g in c.stage_groups]),
-                                    first_stage_term(i, o, c.stage_groups[0], modes, c.pp),
-                                    last_stage_term(i, o, c.stage_groups[-1], modes, c.pp)))
+                    entries.append(row)
                     entry_outer.append(o)
                 met.append(e)
         return tuple(met)

@@ -80,7 +80,7 @@ from collections import OrderedDict, defaultdict
 import numpy as np
 
 from paraplan.cost import scale
-from paraplan.cost.class_coefficients import class_outers, group_site
+from paraplan.cost.class_coefficients import class_outers, group_site, ring_links
 from paraplan.cost.coefficients import (StageCoefficients, in_flight_micro_batches, max_layers_per_stage,
                                         megatron_layer, stage_outer, sync_floor_s)
 from paraplan.cost.comm import NetEfficiency
@@ -116,7 +116,7 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
         return out
     rows = _rows_by_block(inst, outers, used, idx, memo, layer_memo)
     K = max(len(outers[j].classes) for j in used)
-    A, S, D, lone_rows = _block_terms(inst, rows, (len(outers), len(inst.scenarios), K))
+    A, S, D, lone_rows = _block_terms(inst, rows, (len(outers), len(inst.scenarios), K), layer_memo)
     total = inst.job.global_batch
     factor = np.ones(len(outers))
     factor[used] = objective_factors(inst, [outers[j] for j in used])
@@ -148,35 +148,75 @@ def memory_floor_bounds_s(inst, outers: list, idx: list[int], agg: str, weights,
     return out
 
 
-def _block_terms(inst, rows: dict, shape: tuple) -> tuple:
+def _block_terms(inst, rows: dict, shape: tuple, layer_memo: dict) -> tuple:
     """The tight class terms (one_class.tight_class_terms) of _rows_by_block's `rows`, each block
     at once: A, S, D of `shape` (outers, scenarios, classes; inf where the class fits no split),
-    and per block its rows that _lone_joint_s reads: (v, layers, arrays, js, scenarios, m)."""
+    and per block its rows that _lone_joint_s reads: (v, layers, arrays, js, scenarios, m).
+    Each row's terms are its own floats whatever rows it is read with (tight_class_terms_of_blocks
+    reads row by row), so they are kept per row (_row_terms): a row's arrays are one object per
+    class, scenario and slots while _floor_rows keeps them, and most rows are met again (8 x 8
+    row, issue 33: the classes of 15,172 configurations read 4,084 distinct coefficients)."""
     A = np.zeros(shape)
     S, D = np.zeros_like(A), np.zeros_like(A)
+    terms = _row_terms(rows, inst.search.full_recompute, layer_memo)
     lone_rows = []
-    stacked = {key: {f: np.array([x[3][f] for x in items]) for f in TIGHT_ARRAYS}  # (np.stack, in C)
-               for key, items in rows.items()}
-    by_chunks: dict[tuple[int, int], list] = defaultdict(list)  # (v, layers) -> its blocks, read at once
-    for key in rows:
-        by_chunks[key[1:]].append(key)
-    terms = {}
-    for (v, layers), keys in by_chunks.items():
-        got = tight_class_terms_of_blocks([stacked[key] for key in keys], layers, v, inst.search.full_recompute)
-        terms.update(zip(keys, got))
     for (pp, v, layers), items in rows.items():
-        tau, sigma, delta, fits = terms[pp, v, layers]
-        stacked_rows = stacked[pp, v, layers]
+        tau, sigma, delta, fits = terms[pp, v, layers].T
+        fits = fits > 0
         at = ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items])
         A[at] = np.where(fits, tau, np.inf)
         S[at] = np.where(fits, sigma, np.inf)
         D[at] = np.where(fits, delta, np.inf)
         lone = [r for r, x in enumerate(items) if x[4] is not None]
         if lone:
-            lone_rows.append((v, layers, {f: x[lone] for f, x in stacked_rows.items()},
+            lone_rows.append((v, layers, _stacked([items[r][3] for r in lone]),
                               np.array([items[r][0] for r in lone]), np.array([items[r][1] for r in lone]),
                               np.array([items[r][4] for r in lone], float)))
     return A, S, D, lone_rows
+
+
+def _stacked(arrays: list[dict]) -> dict:
+    """one_class.TIGHT_ARRAYS of rows `arrays` (each a dict of (pp,) arrays), stacked (rows, pp)
+    (np.array of a list: np.stack's copy, in C)."""
+    return {f: np.array([x[f] for x in arrays]) for f in TIGHT_ARRAYS}
+
+
+def _row_terms(rows: dict, allow_full_recompute: bool, layer_memo: dict) -> dict:
+    """Per block of _rows_by_block's `rows`, (rows, 4): each row's (tau, sigma, delta, fits as
+    1.0 / 0.0) of one_class.tight_class_terms. A row's are kept in `layer_memo`
+    (_per_configuration) by its arrays' identity (the entry holds them, so that their id names
+    them while it lives) and the block's (pp, v, layers); those not kept are read, the blocks of
+    one (v, layers) at once (tight_class_terms_of_blocks: the same floats row by row)."""
+    store = _per_configuration(layer_memo, "class terms")
+    out, todo = {}, defaultdict(list)  # todo: (v, layers) -> [(block, its rows not kept)]
+    for key, items in rows.items():
+        got = out[key] = np.empty((len(items), 4))
+        missed = []
+        for r, x in enumerate(items):
+            hit = _kept_row(store, x[3], (*key, allow_full_recompute))
+            if hit is None:
+                missed.append(r)
+            else:
+                got[r] = hit
+        if missed:
+            todo[key[1:]].append((key, missed))
+    for (v, layers), blocks in todo.items():
+        read = tight_class_terms_of_blocks([_stacked([rows[key][r][3] for r in missed]) for key, missed in blocks],
+                                           layers, v, allow_full_recompute)
+        for (key, missed), (tau, sigma, delta, fits) in zip(blocks, read):
+            new = np.column_stack([tau, sigma, delta, fits.astype(float)])
+            out[key][missed] = new
+            for r, row in zip(missed, new.tolist()):
+                arrays = rows[key][r][3]
+                _keep(store, (id(arrays), *key, allow_full_recompute), (arrays, row))
+    return out
+
+
+def _kept_row(store: OrderedDict, arrays: dict, key: tuple) -> list | None:
+    """The terms _row_terms kept for the row of `arrays` under `key` (its block's, the recompute
+    flag), else None."""
+    hit = _recall(store, (id(arrays), *key))
+    return hit[1] if hit is not None and hit[0] is arrays else None
 
 
 def _rows_by_block(inst, outers: list, used: list[int], idx: list[int], memo: dict, layer_memo: dict) -> dict:
@@ -281,9 +321,9 @@ PER_CONFIGURATION_ENTRIES = 16_384
 
 
 def _per_configuration(layer_memo: dict, kind: str) -> OrderedDict:
-    """The store of `kind` ("joint", "floor coefficients", "memory") in `layer_memo`: what this
-    module keeps per configuration, at most PER_CONFIGURATION_ENTRIES, least recently read
-    dropped first (_recall, _keep)."""
+    """The store of `kind` ("joint", "floor coefficients", "memory", "class terms") in
+    `layer_memo`: what this module keeps per configuration, at most PER_CONFIGURATION_ENTRIES,
+    least recently read dropped first (_recall, _keep)."""
     store = layer_memo.get(("per configuration", kind))
     if store is None:
         store = layer_memo["per configuration", kind] = OrderedDict()
@@ -315,10 +355,10 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     configurations of a block that differ only in their slots share them."""
     out = []
     e, l = co.embedding_in_split, co.loss_in_split
-    for c_floor in _floor_coefficients(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve):
-        arrays = {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}
-        if e or l:  # slot_relaxation's terms, with co's slots (c_floor's outer may have others)
-            arrays.update(slot_relaxed_terms(c_floor, e, l))
+    for c_floor, by_slots in _floor_rows(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve):
+        arrays = by_slots.get((e, l))
+        if arrays is None:  # slot_relaxation's terms, with co's slots (c_floor's outer may have others)
+            arrays = by_slots[e, l] = {**by_slots[False, False], **slot_relaxed_terms(c_floor, e, l)}
         out.append((c_floor.layers + e + l, arrays))
     return out
 
@@ -326,8 +366,18 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
 def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
                         reserve: float) -> list[StageCoefficients]:
     """Per scenario of `idx`, _class_rows' coefficients of class k of `o` before the slot
-    relaxation, capped at the memory tier, kept in `layer_memo` (_per_configuration: the most
-    recently read) by what they read: the stage
+    relaxation, capped at the memory tier (_floor_rows' coefficients)."""
+    return [c_floor for c_floor, _ in _floor_rows(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve)]
+
+
+def _floor_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
+                reserve: float) -> list[tuple[StageCoefficients, dict]]:
+    """Per scenario of `idx`, (_class_rows' coefficients of class k of `o` before the slot
+    relaxation, capped at the memory tier; by slots (embedding, loss), their
+    one_class.TIGHT_ARRAYS by name, (False, False)'s read with them and the others by
+    _class_rows where first asked: one object each, read once, 15,172 reads of 4,084 on the
+    8 x 8 row, issue 33, whose identity _row_terms keys by), kept in `layer_memo`
+    (_per_configuration: the most recently read) by what they read: the stage
     memory's key (_stage_memory), the floors' (the layer's fields and each group's tp), the
     syncs' (sync_key: the replicas), what it reads of the other classes (_others_key: their
     ring and where its stages sit among theirs) and the memory tier;
@@ -367,7 +417,8 @@ def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_m
             stage_sync_time_s=syncs[:, 1] + d, layer_state_bytes=mem.layer_state_bytes,
             layer_act_bytes=mem.layer_act_bytes, layer_ckpt_bytes=mem.layer_ckpt_bytes,
             stage_mem_bytes=mem.stage_mem_bytes, capacity_bytes=mem.capacity_bytes, in_flight=inflight)
-        out.append(capped_memory(c_floor, inst.search.memory_fill_cap, reserve))
+        c_floor = capped_memory(c_floor, inst.search.memory_fill_cap, reserve)
+        out.append((c_floor, {(False, False): {f: getattr(c_floor, f) for f in TIGHT_ARRAYS}}))
     _keep(store, key, out)
     return out
 
@@ -397,12 +448,14 @@ def _shared_rings(inst, o, idx: list[int], layer_memo: dict) -> tuple:
     last = layer_memo.get("shared rings")
     if last is None:
         last = layer_memo["shared rings"] = IdentityCache(1)
-    return last.read((id(o), tuple(idx)), o, _read_shared_rings, inst, o, idx, layer_memo)
+    return last.read((id(o), tuple(idx)), o, _read_shared_rings, inst, o, idx)
 
 
-def _read_shared_rings(inst, o, idx: list[int], layer_memo: dict) -> tuple:
+def _read_shared_rings(inst, o, idx: list[int]) -> tuple:
+    """class_coefficients.ring_links of the classes of `o` per scenario of `idx`: group_site's
+    dp and edp links, not its whole site (issue 33, 8 x 8 row: 1.2% of its CPU built sites)."""
     anchor = o.classes[0].stage_groups[0]  # any group of the classes: the same ring
-    return tuple((site.dp_link, site.edp_link) for site in (_ring_site(inst, o, i, anchor, layer_memo) for i in idx))
+    return tuple(ring_links(inst.scenarios[i].cluster, o, anchor) for i in idx)
 
 
 def _memory_key(o, co, stage_groups: tuple, groups: list[int]) -> tuple:
