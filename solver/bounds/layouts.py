@@ -106,7 +106,8 @@ def _factor_memo(inst, memo: dict | None = None):
 def _factor_reads(classes: tuple) -> tuple[tuple[int, ...], int]:
     """What trust.objective_factor_of reads of a block's classes: the groups used, and the
     deepest class's stage count up to 2."""
-    return tuple(sorted({g for c in classes for g in c.stage_groups})), min(max(c.pp for c in classes), 2)
+    # a set union in C: the stage groups are up to pp long (61 on DeepSeek-V3), read per layout
+    return tuple(sorted(set().union(*[c.stage_groups for c in classes]))), min(max(c.pp for c in classes), 2)
 
 
 def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
