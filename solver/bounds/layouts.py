@@ -764,27 +764,40 @@ def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int
     L m (the slot terms e (t_max - t_min), l (t_last - t_min) are 0), every row of one pp
     split in one balanced_splits call, without per-row arrays (DeepSeek-V3 on 2,048 H800 with
     idle GPUs reads 211,268 rows, all on one group; read row by row they took 3x its CPU)."""
-    n = len(idx)
-    terms = np.empty((len(rows), n, 3))
-    for k, r in enumerate(rows):
+    floor_of: dict = {}  # what a row's floors read but the scenario -> its index in `floors`
+    floors, which, pps = [], [], []  # per distinct floors its (m, a_0, h) per scenario; per row its
+    for r in rows:  # floors' index and pp (10,800 distinct floors for those 211,268 rows)
         b, (uniq, _), reads, _, _ = pending[r]
         g = uniq[0]
-        for si, i in enumerate(idx):
-            key = (i, g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
-            got = per_group.get(key)
-            if got is None:
-                got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
-            terms[k, si] = got
+        fk = (g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
+        f = floor_of.get(fk)
+        if f is None:
+            f = floor_of[fk] = len(floors)
+            floors.append([_group_terms(inst, b, i, g, reads, per_group, layer_plans, memo) for i in idx])
+        which.append(f)
+        pps.append(len(b.classes[0].stage_groups))
+    terms = np.array(floors, float)[np.array(which, np.int64)]  # (rows, scenarios, 3)
     m, a0, h = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
+    n, rows = len(idx), np.array(rows, np.int64)
     S[rows] = h + a0 + L * m
-    pps = np.array([len(pending[r][0].classes[0].stage_groups) for r in rows], np.int64)
+    pps = np.array(pps, np.int64)
     for pp in dict.fromkeys(pps.tolist()):
         sel = np.flatnonzero(pps == pp)
         t = np.repeat(m[sel].reshape(-1, 1), pp, axis=1)
         a = np.zeros_like(t)
         a[:, -1] += h[sel].reshape(-1)
         a[:, 0] += a0[sel].reshape(-1)
-        A[np.array(rows, np.int64)[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+        A[rows[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+
+
+def _group_terms(inst, b, i: int, g: int, reads: tuple, per_group: dict, layer_plans: bool, memo: dict) -> tuple:
+    """_least_terms of MoE block b on group g, scenario i, at `reads`, kept in `per_group` by
+    what it reads."""
+    key = (i, g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
+    got = per_group.get(key)
+    if got is None:
+        got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
+    return got
 
 
 def _layout_floors(inst, b, idx: list[int], place: tuple, reads: tuple, per_group: dict, layer_plans: bool,
@@ -795,16 +808,11 @@ def _layout_floors(inst, b, idx: list[int], place: tuple, reads: tuple, per_grou
     run the first stage (any before the last), each the least over the block's
     sequence-parallel flags and recompute modes (_least_terms), kept in `per_group`."""
     uniq, where = place
-    c, ty = b.classes[0], b.tally
-    tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
+    c = b.classes[0]
     got = np.empty((3, len(idx), len(uniq)))
     for si, i in enumerate(idx):
         for gi, g in enumerate(uniq):
-            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, reads)
-            terms = per_group.get(key)
-            if terms is None:
-                terms = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
-            got[:, si, gi] = terms
+            got[:, si, gi] = _group_terms(inst, b, i, g, reads, per_group, layer_plans, memo)
     first = [uniq.index(g) for g in dict.fromkeys(c.stage_groups[:-1] or c.stage_groups)]
     return got[0][:, where], got[2][:, uniq.index(c.stage_groups[-1])], got[1][:, first].min(axis=1)
 
