@@ -664,6 +664,7 @@ class _MoeRows:
     # site -> (block key -> {interleaved: row indices}, row key -> index)
     blocks: dict = dataclasses.field(default_factory=dict)
     kinds: dict = dataclasses.field(default_factory=dict)  # _moe_kinds per what it reads
+    reads_ids: dict = dataclasses.field(default_factory=dict)  # a kind's reads -> its int (block_rows)
     A: np.ndarray | None = None
     S: np.ndarray | None = None
 
@@ -684,27 +685,30 @@ class _MoeRows:
         kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, c.pp > 1)
         got = self.kinds.get(kk)
         if got is None:
-            got = self.kinds[kk] = (_moe_kinds(b, vs), b.layouts)
-        kinds = got[0]
+            # each kind's reads as an int (equal reads, equal ints), so that the rows of a site
+            # are looked up by ints, not by nested tuples; the kinds' own int keys their blocks
+            kinds = [(self.reads_ids.setdefault(reads, len(self.reads_ids)), reads) for _, reads in _moe_kinds(b, vs)]
+            got = self.kinds[kk] = (kinds, len(self.kinds), b.layouts)
+        kinds, kind_id = got[0], got[1]
         site = (c.stage_groups, b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
         # keyed by site first, so that a block hashes its site (its stage groups: up to pp of
         # them) once, not once per row (DeepSeek-V3 on 2,048 H800 with idle GPUs: 102,806
         # blocks, about ten rows each)
         at_site = self.blocks.get(site)
         if at_site is None:
-            at_site = self.blocks[site] = ({}, {})  # (kk -> rows by kind, reads -> row)
-        out = at_site[0].get(kk)
+            at_site = self.blocks[site] = ({}, {})  # (kinds' int -> rows by kind, reads' int -> row)
+        out = at_site[0].get(kind_id)
         if out is None:
             out = {False: [], True: []}
             rows = at_site[1]
-            for _, reads in kinds:
-                r = rows.get(reads)
+            for rid, reads in kinds:
+                r = rows.get(rid)
                 if r is None:
-                    r = rows[reads] = self.count
+                    r = rows[rid] = self.count
                     self.count += 1
                     self.pending.append((b, place, reads, e, l_))
                 out[reads[1][0] > 1].append(r)
-            out = at_site[0][kk] = (out[False], out[True])
+            out = at_site[0][kind_id] = (out[False], out[True])
         return out
 
     def terms(self, inst, idx: list[int], L: int, per_group: dict, layer_plans: bool,
