@@ -512,32 +512,85 @@ class _Listing:
         """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
         ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, the key of its
         tallies: what Tally.of reads of the layout, and the key of its v values: what
-        has_micro_batch_split reads of the classes for each v offered) of a layout."""
-        inst, uniform, rules = self.inst, self.uniform, self.rules
-        m, s = inst.model, inst.search
+        has_micro_batch_split reads of the classes for each v offered) of a layout. Each part
+        is read once per what it reads and kept as one object per value (_interned), so that
+        the layouts of other replica counts share it: with search.idle_gpus every (replicas,
+        depth) of a lone class is a layout of its own (DeepSeek-V3 on 2,048 H800: 31,243 of
+        them), and the MoE bounds key their rows by the expert layouts' identity
+        (solver/bounds/layouts._MoeRows.block_rows)."""
         replicas = sum(c.replicas for c in shapes)
         # an expert group lies inside one class's tp x dp x cp ranks
         # (cost/space_rules.expert_layouts: (ep, etp) pairs)
         ranks = math.gcd(*(c.replicas * cp for c in shapes))
-        # with a tp per group, experts split as each group's tp (etp = tp): a
-        # folded etp would need an expert layout per group
-        layouts = {sp: [(ep, etp) for ep, etp in self._expert_layouts(tp, ranks, sp)
-                        if etp is None or not group_tp]
-                   for sp in s.sequence_parallel}
-        # virtual_stage_values and slot_modes_of, what they read of the instance and the classes
-        # read once
-        facts, pps = _slot_facts(inst), _depths(shapes)
-        listed = tuple(s.virtual_stages) if s.virtual_stages is not None else None
-        # the uniform-split baseline keeps the even split of whole chunks
-        slots_of_v = {v: [x for x in _slot_modes_of(*facts, pps, v) if not (uniform and any(x))]
-                      for v in _virtual_stage_values(*facts, listed, pps)}
-        slots_of_v = {v: x for v, x in slots_of_v.items() if x}
-        vs_all = list(slots_of_v)
-        # the (sp, ZeRO, v) the rules admit do not depend on the micro-batch size nor on tp's
-        # place: read once per tp values, cp, replicas, depths and v values
-        mk = ("modes", tps, cp, sharded_ranks(replicas, cp), pps, tuple(vs_all))
-        modes_left = self.invariants.get(mk)
-        if modes_left is None:
+        layouts, layouts_id, paired, paired_id = self._layouts_of(tp, ranks, bool(group_tp))
+        pps = _depths(shapes)
+        slots_of_v, slots_id = self._slots_of(pps)
+        modes_left, modes_id = self._modes_of(tps, cp, replicas, pps, tuple(slots_of_v))
+        # all a Tally reads of the layout, as values (each part's _interned id: equal ids, equal
+        # values): layouts of other degrees share tallies
+        tally_key = (modes_id, layouts_id, slots_id, paired_id)
+        # has_micro_batch_split reads the count form (with the replicas in the uniform baseline):
+        # layouts of other replicas and depths share it (on one group, a lone class of r replicas
+        # of pp stages splits the batch as every layout of its r * pp does, v > 1)
+        degrees = tuple([(c.replicas, c.pp) for c in shapes])  # all _count_form reads of them
+        split_key = (tuple((v, _count_form_of(degrees, v)) for v in slots_of_v),
+                     _count_form_of(degrees, 1, True) if paired_id[1] else None,
+                     replicas if self.uniform else None)
+        return layouts, slots_of_v, modes_left, paired, {}, tally_key, split_key
+
+    def _interned(self, kind: str, value, content) -> tuple:
+        """(the one object kept for `content` of this kind, its id: an int, equal for equal
+        contents): the parts _invariants reads are shared by content, so that their keys
+        (tally_key, _MoeRows' id(layouts)) tell equal values equal."""
+        got = self.invariants.get((kind, content))
+        if got is None:
+            got = self.invariants[kind, content] = (value, len(self.invariants))
+        return got
+
+    def _layouts_of(self, tp: int, ranks: int, per_group: bool) -> tuple:
+        """(expert layouts per sp, its id, pairing per ep, (its id, whether any pairs)) of a
+        stage of tp over `ranks` ranks (_invariants)."""
+        key = ("layouts of", tp, ranks, per_group)
+        got = self.invariants.get(key)
+        if got is None:
+            # with a tp per group, experts split as each group's tp (etp = tp): a
+            # folded etp would need an expert layout per group
+            layouts = {sp: [(ep, etp) for ep, etp in self._expert_layouts(tp, ranks, sp)
+                            if etp is None or not per_group]
+                       for sp in self.inst.search.sequence_parallel}
+            layouts, layouts_id = self._interned(
+                "layouts", layouts, tuple((sp, tuple(lay)) for sp, lay in layouts.items()))
+            paired = {ep: pairs_unpipelined_micro_batches(self.inst.job, ep)
+                      for lay in layouts.values() for ep, _ in lay}
+            paired, paired_id = self._interned("paired", paired, tuple(paired.items()))
+            got = self.invariants[key] = (layouts, layouts_id, paired, (paired_id, any(paired.values())))
+        return got
+
+    def _slots_of(self, pps: tuple) -> tuple:
+        """(slot modes per v, its id) of classes of depths `pps` (_invariants)."""
+        key = ("slots of", pps)
+        got = self.invariants.get(key)
+        if got is None:
+            # virtual_stage_values and slot_modes_of, what they read of the instance and the
+            # classes read once
+            facts, s = _slot_facts(self.inst), self.inst.search
+            listed = tuple(s.virtual_stages) if s.virtual_stages is not None else None
+            # the uniform-split baseline keeps the even split of whole chunks
+            slots_of_v = {v: [x for x in _slot_modes_of(*facts, pps, v) if not (self.uniform and any(x))]
+                          for v in _virtual_stage_values(*facts, listed, pps)}
+            slots_of_v = {v: x for v, x in slots_of_v.items() if x}
+            got = self.invariants[key] = self._interned(
+                "slots", slots_of_v, tuple((v, tuple(x)) for v, x in slots_of_v.items()))
+        return got
+
+    def _modes_of(self, tps: tuple, cp: int, replicas: int, pps: tuple, vs_all: tuple) -> tuple:
+        """((sp, zero, the v admitted with them) modes, its id) of a layout (_invariants): they
+        do not depend on the micro-batch size nor on tp's place: read once per tp values, cp,
+        replicas (as sharded_ranks), depths and v values."""
+        mk = ("modes", tps, cp, sharded_ranks(replicas, cp), pps, vs_all)
+        got = self.invariants.get(mk)
+        if got is None:
+            m, s, rules = self.inst.model, self.inst.search, self.rules
             modes_left = []  # (sp, zero, the v admitted with them)
             for sp in s.sequence_parallel:
                 if any(sp and (t == 1 or m.seq_len % (t * cp)) or moe_problem(m, t, sp, 0) for t in tps):
@@ -548,21 +601,10 @@ class _Listing:
                     modes_left.append((sp, zero, {v for v in vs_all if all(
                         rules.admits(tp=t, pp=pp, cp=cp, dp=replicas, sp=sp, zero=zero, v=v)
                         for pp in pps for t in tps)}))
-            modes_left = self.invariants[mk] = tuple(modes_left)
-        paired = {ep: pairs_unpipelined_micro_batches(inst.job, ep)
-                  for lay in layouts.values() for ep, _ in lay}
-        # all a Tally reads of the layout, as values: layouts of other degrees share tallies
-        tally_key = (tuple((sp, zero, frozenset(adm)) for sp, zero, adm in modes_left),
-                     tuple((sp, tuple(lay)) for sp, lay in layouts.items()),
-                     tuple((v, tuple(x)) for v, x in slots_of_v.items()), tuple(paired.items()))
-        # has_micro_batch_split reads the count form (with the replicas in the uniform baseline):
-        # layouts of other replicas and depths share it (on one group, a lone class of r replicas
-        # of pp stages splits the batch as every layout of its r * pp does, v > 1)
-        degrees = tuple([(c.replicas, c.pp) for c in shapes])  # all _count_form reads of them
-        split_key = (tuple((v, _count_form_of(degrees, v)) for v in slots_of_v),
-                     _count_form_of(degrees, 1, True) if any(paired.values()) else None,
-                     replicas if uniform else None)
-        return layouts, slots_of_v, modes_left, paired, {}, tally_key, split_key
+            modes_left = tuple(modes_left)
+            got = self.invariants[mk] = self._interned(
+                "modes", modes_left, tuple((sp, zero, frozenset(adm)) for sp, zero, adm in modes_left))
+        return got
 
 
 @dataclass

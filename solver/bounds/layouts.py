@@ -56,6 +56,7 @@ search.py lists every block there.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 from collections import defaultdict
@@ -105,7 +106,8 @@ def _factor_memo(inst, memo: dict | None = None):
 def _factor_reads(classes: tuple) -> tuple[tuple[int, ...], int]:
     """What trust.objective_factor_of reads of a block's classes: the groups used, and the
     deepest class's stage count up to 2."""
-    return tuple(sorted({g for c in classes for g in c.stage_groups})), min(max(c.pp for c in classes), 2)
+    # a set union in C: the stage groups are up to pp long (61 on DeepSeek-V3), read per layout
+    return tuple(sorted(set().union(*[c.stage_groups for c in classes]))), min(max(c.pp for c in classes), 2)
 
 
 def block_bounds_s(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict | None = None) -> np.ndarray:
@@ -630,8 +632,8 @@ def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_g
     if not owners:
         return
     A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
-    at = np.concatenate(ids)
     counts = np.array(counts, np.int64)
+    at = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
     rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
                     *(np.repeat(np.array(col, float), counts)[:, None, None] for col in (x, lo, M, vv)), False)
     least = np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0)  # per (block, v)
@@ -657,10 +659,12 @@ class _MoeRows:
     but every layout of the block's) its rows of each v kind. A and S are priced for the rows
     not priced yet when they are read (terms)."""
 
-    row_of: dict = dataclasses.field(default_factory=dict)  # row key -> index
+    count: int = 0  # rows so far
     pending: list = dataclasses.field(default_factory=list)  # (block, place, reads, e, l) of rows not priced
-    blocks: dict = dataclasses.field(default_factory=dict)  # block key -> {interleaved: row indices}
+    # site -> (block key -> {interleaved: row indices}, row key -> index)
+    blocks: dict = dataclasses.field(default_factory=dict)
     kinds: dict = dataclasses.field(default_factory=dict)  # _moe_kinds per what it reads
+    reads_ids: dict = dataclasses.field(default_factory=dict)  # a kind's reads -> its int (block_rows)
     A: np.ndarray | None = None
     S: np.ndarray | None = None
 
@@ -672,29 +676,39 @@ class _MoeRows:
             got = memo["moe rows", tuple(idx)] = cls()
         return got
 
-    def block_rows(self, inst, b, vs: tuple, place: tuple, e: int, l_: int, memo: dict) -> dict:
-        """{interleaved: row indices} of block b's expert layouts of each v kind."""
+    def block_rows(self, inst, b, vs: tuple, place: tuple, e: int, l_: int, memo: dict) -> tuple:
+        """(row indices of v = 1, of interleaved v) of block b's expert layouts, lists (an array
+        each was a tenth of the MoE set-up's CPU)."""
         ty, c = b.tally, b.classes[0]
         # _moe_kinds reads the block's layouts (one dict per layout's invariants, held here),
         # the first spec's, its sp flags, its v values and whether it pipelines
         kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, c.pp > 1)
         got = self.kinds.get(kk)
         if got is None:
-            got = self.kinds[kk] = (_moe_kinds(b, vs), b.layouts)
-        kinds = got[0]
+            # each kind's reads as an int (equal reads, equal ints), so that the rows of a site
+            # are looked up by ints, not by nested tuples; the kinds' own int keys their blocks
+            kinds = [(self.reads_ids.setdefault(reads, len(self.reads_ids)), reads) for _, reads in _moe_kinds(b, vs)]
+            got = self.kinds[kk] = (kinds, len(self.kinds), b.layouts)
+        kinds, kind_id = got[0], got[1]
         site = (c.stage_groups, b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
-        key = (site, kk)
-        out = self.blocks.get(key)
+        # keyed by site first, so that a block hashes its site (its stage groups: up to pp of
+        # them) once, not once per row (DeepSeek-V3 on 2,048 H800 with idle GPUs: 102,806
+        # blocks, about ten rows each)
+        at_site = self.blocks.get(site)
+        if at_site is None:
+            at_site = self.blocks[site] = ({}, {})  # (kinds' int -> rows by kind, reads' int -> row)
+        out = at_site[0].get(kind_id)
         if out is None:
             out = {False: [], True: []}
-            for _, reads in kinds:
-                rk = (site, reads)
-                r = self.row_of.get(rk)
+            rows = at_site[1]
+            for rid, reads in kinds:
+                r = rows.get(rid)
                 if r is None:
-                    r = self.row_of[rk] = len(self.row_of)
+                    r = rows[rid] = self.count
+                    self.count += 1
                     self.pending.append((b, place, reads, e, l_))
                 out[reads[1][0] > 1].append(r)
-            out = self.blocks[key] = {w: np.array(rs, np.int64) for w, rs in out.items()}
+            out = at_site[0][kind_id] = (out[False], out[True])
         return out
 
     def terms(self, inst, idx: list[int], L: int, per_group: dict, layer_plans: bool,
@@ -754,27 +768,40 @@ def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int
     L m (the slot terms e (t_max - t_min), l (t_last - t_min) are 0), every row of one pp
     split in one balanced_splits call, without per-row arrays (DeepSeek-V3 on 2,048 H800 with
     idle GPUs reads 211,268 rows, all on one group; read row by row they took 3x its CPU)."""
-    n = len(idx)
-    terms = np.empty((len(rows), n, 3))
-    for k, r in enumerate(rows):
+    floor_of: dict = {}  # what a row's floors read but the scenario -> its index in `floors`
+    floors, which, pps = [], [], []  # per distinct floors its (m, a_0, h) per scenario; per row its
+    for r in rows:  # floors' index and pp (10,800 distinct floors for those 211,268 rows)
         b, (uniq, _), reads, _, _ = pending[r]
         g = uniq[0]
-        for si, i in enumerate(idx):
-            key = (i, g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
-            got = per_group.get(key)
-            if got is None:
-                got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
-            terms[k, si] = got
+        fk = (g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
+        f = floor_of.get(fk)
+        if f is None:
+            f = floor_of[fk] = len(floors)
+            floors.append([_group_terms(inst, b, i, g, reads, per_group, layer_plans, memo) for i in idx])
+        which.append(f)
+        pps.append(len(b.classes[0].stage_groups))
+    terms = np.array(floors, float)[np.array(which, np.int64)]  # (rows, scenarios, 3)
     m, a0, h = terms[:, :, 0], terms[:, :, 1], terms[:, :, 2]
+    n, rows = len(idx), np.array(rows, np.int64)
     S[rows] = h + a0 + L * m
-    pps = np.array([len(pending[r][0].classes[0].stage_groups) for r in rows], np.int64)
+    pps = np.array(pps, np.int64)
     for pp in dict.fromkeys(pps.tolist()):
         sel = np.flatnonzero(pps == pp)
         t = np.repeat(m[sel].reshape(-1, 1), pp, axis=1)
         a = np.zeros_like(t)
         a[:, -1] += h[sel].reshape(-1)
         a[:, 0] += a0[sel].reshape(-1)
-        A[np.array(rows, np.int64)[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+        A[rows[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+
+
+def _group_terms(inst, b, i: int, g: int, reads: tuple, per_group: dict, layer_plans: bool, memo: dict) -> tuple:
+    """_least_terms of MoE block b on group g, scenario i, at `reads`, kept in `per_group` by
+    what it reads."""
+    key = (i, g, b.tp_of(g), b.cp, b.micro_batch, b.tally.sps, b.recompute, reads)
+    got = per_group.get(key)
+    if got is None:
+        got = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
+    return got
 
 
 def _layout_floors(inst, b, idx: list[int], place: tuple, reads: tuple, per_group: dict, layer_plans: bool,
@@ -785,16 +812,11 @@ def _layout_floors(inst, b, idx: list[int], place: tuple, reads: tuple, per_grou
     run the first stage (any before the last), each the least over the block's
     sequence-parallel flags and recompute modes (_least_terms), kept in `per_group`."""
     uniq, where = place
-    c, ty = b.classes[0], b.tally
-    tp_of = dict(b.group_tp)  # (OuterBlock.tp_of)
+    c = b.classes[0]
     got = np.empty((3, len(idx), len(uniq)))
     for si, i in enumerate(idx):
         for gi, g in enumerate(uniq):
-            key = (i, g, tp_of.get(g, b.tp), b.cp, b.micro_batch, ty.sps, b.recompute, reads)
-            terms = per_group.get(key)
-            if terms is None:
-                terms = per_group[key] = _least_terms(inst, b, i, g, reads, layer_plans, memo)
-            got[:, si, gi] = terms
+            got[:, si, gi] = _group_terms(inst, b, i, g, reads, per_group, layer_plans, memo)
     first = [uniq.index(g) for g in dict.fromkeys(c.stage_groups[:-1] or c.stage_groups)]
     return got[0][:, where], got[2][:, uniq.index(c.stage_groups[-1])], got[1][:, first].min(axis=1)
 
