@@ -127,6 +127,7 @@ def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, laye
 
 
 ELEMENTS_A_PASS = 1 << 18  # _slowest_rows' rows x scenarios x stages x layers a pass (2 MiB an array)
+ROWS_TO_FILTER = 8  # one-mask passes from which slowest_in_chunks_s leaves out rows that cannot hold the layers
 ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
 
 
@@ -706,6 +707,9 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     are inf without their times read (issue 33: most of GPT-3 175B / 1,024 A100's rows with
     classes_per_group 2, whose infinite cut also had every count read for the others)."""
     allowed = allowed.reshape(-1, *allowed.shape[-2:])  # (1 or rows, stages, layers)
+    # (a few rows, or a mask per row: the filter's own numpy calls cost more than it saves)
+    if len(room) < ROWS_TO_FILTER or len(allowed) > 1:
+        return _slowest_in_chunks_s(room, held, slope, layers, f, rho, allowed, head)
     holds = _chunks_held(room, held, slope, layers, f, rho, allowed, head)
     if holds.all():
         return _slowest_in_chunks_s(room, held, slope, layers, f, rho, allowed, head)
@@ -713,38 +717,42 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     if holds.any():  # each row's A* is its own: the same floats read with fewer rows
         f, rho, head = (None if x is None else np.broadcast_to(x, (len(room), *x.shape[1:]))[holds]
                         for x in (f, rho, head))
-        out[holds] = _slowest_in_chunks_s(room[holds], held[holds], slope[holds], layers, f, rho,
-                                          allowed if len(allowed) == 1 else allowed[holds], head)
+        out[holds] = _slowest_in_chunks_s(room[holds], held[holds], slope[holds], layers, f, rho, allowed, head)
     return out
 
 
 def _chunks_held(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
                  rho: np.ndarray, allowed: np.ndarray, head: np.ndarray | None) -> np.ndarray:
-    """(rows,): False where slowest_in_chunks_s's A* is inf for memory alone, True elsewhere
+    """(rows,): `allowed` (1 or rows, stages, layers); False where slowest_in_chunks_s's A* is inf for memory alone, True elsewhere
     (and at every row where a time could be nan). _stage_times sets t_s(n) to inf past n_s =
     floor(top_s + 1e-9), top_s the layers stage s holds with every layer recomputed (the same
     floats here); no time is nan where every f, rho > 0, head, room and held are finite, held
-    > 0 and each slope is +inf or finite with held / slope > 0 (t_s(n) = rho ceil(need) + n f
-    + head, need finite or +inf). Then the times sorted, the finite ones come first, and the
+    > 0 and each slope is +inf or has held / slope > 0 (t_s(n) = rho ceil(need) + n f + head,
+    need finite or +inf). Then the times sorted, the finite ones come first, and the
     layers stage s holds at finite times sum to at most its largest marked count up to n_s
     (each marked count stands for itself less its previous one): where those sum below
     `layers` the held counts reach `layers` at an infinite time or never, so A* is inf; and
     where a stage's least marked count is past n_s its first time, a floor of A*, is inf."""
+    if not room.size:
+        return np.ones(len(room), bool)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         freed = held / slope
-        clean = (np.all(rho > 0) and np.isfinite(rho).all() and np.all(f > 0) and np.isfinite(f).all()
-                 and (head is None or np.isfinite(head).all()) and np.isfinite(room).all()
-                 and np.isfinite(held).all() and np.all(held > 0)
-                 and np.all((slope == np.inf) | np.isfinite(slope) & (freed > 0)))
+        # (a nan among them reads as not clean: min and max carry it, and it compares False)
+        clean = (rho.min() > 0 and rho.max() < np.inf and f.min() > 0 and f.max() < np.inf
+                 and (head is None or -np.inf < head.min() and head.max() < np.inf)
+                 and -np.inf < room.min() and room.max() < np.inf and held.min() > 0 and held.max() < np.inf
+                 and bool(((freed > 0) | (slope == np.inf)).all()))
         if not clean:
             return np.ones(len(room), bool)
         per_full = held - freed
         top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
-    cap = np.floor(top + 1e-9)  # (rows, stages): n_s
-    n = np.arange(1, layers + 1)
-    most = np.where(allowed & (n <= cap[..., None]), n, 0).max(axis=-1)  # the largest marked n <= n_s
+    at = np.maximum(np.minimum(np.floor(top + 1e-9), layers), 0).astype(int)  # (rows, stages): n_s in 0..layers
+    marked = np.where(allowed, np.arange(1, layers + 1), 0)
+    upto = np.concatenate([np.zeros((*allowed.shape[:2], 1), int), np.maximum.accumulate(marked, axis=-1)], axis=-1)
+    most = (upto[0][np.arange(allowed.shape[1]), at] if len(allowed) == 1 else
+            np.take_along_axis(upto, at[..., None], axis=-1)[..., 0])  # the largest marked n <= n_s
     least = np.argmax(allowed, axis=-1) + 1  # (1 or rows, stages): the least marked count
-    return (most.sum(axis=-1) >= layers) & (least <= cap).all(axis=-1)
+    return (most.sum(axis=-1) >= layers) & (least <= at).all(axis=-1)
 
 
 def _slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,

@@ -6,8 +6,8 @@
   every layer is recomputed, or the stages' largest marked counts within that summing below
   the layers). Checked three ways on drawn rows, rooms from hopeless to ample, relieved end
   stages among them: against the full reading of every row (_slowest_in_chunks_s, the reading
-  before: the same floats); every row it leaves out has no split in whole chunks by brute
-  force (test_option_keys._brute_in, each stage's least time); and rows a time could be nan in
+  before: the same floats; passes of fewer than ROWS_TO_FILTER rows are read in full); every row it leaves out has no split in whole chunks by brute
+  force (test_option_keys._brute_in, each stage's least time), with one mask or one per row; and rows a time could be nan in
   (a stage with no recompute cost) are all read. Planted fault: the test with the filter read
   at 90% of each row's room (so it leaves out rows that can hold the layers) sees different
   floats.
@@ -78,6 +78,8 @@ def test_rows_left_out_hold_no_split_by_brute_force():
         if layers > 16:
             continue
         out = ~option_recompute._chunks_held(room, held, slope, layers, f, rho, mask[None], head)
+        per_row = np.broadcast_to(mask, (len(room), *mask.shape)).copy()  # a mask per row: alike
+        assert np.array_equal(out, ~option_recompute._chunks_held(room, held, slope, layers, f, rho, per_row, head))
 
         def whole(split):  # each stage's layers and a slot it may count fill whole chunks of v
             offs = [first if s == 0 else last if s == stages - 1 else {0} for s in range(stages)]
