@@ -127,7 +127,9 @@ def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, laye
 
 
 ELEMENTS_A_PASS = 1 << 18  # _slowest_rows' rows x scenarios x stages x layers a pass (2 MiB an array)
-ROWS_TO_FILTER = 8  # one-mask passes from which slowest_in_chunks_s leaves out rows that cannot hold the layers
+# one-mask passes of this many rows or more have slowest_in_chunks_s leave out the rows that
+# cannot hold the layers (GPT-3 175B cpg2: 40-47 rows a pass, most left out; Llama 3 8B: 8-23, few)
+ROWS_TO_FILTER = 24
 ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
 
 
@@ -723,16 +725,18 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
 
 def _chunks_held(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
                  rho: np.ndarray, allowed: np.ndarray, head: np.ndarray | None) -> np.ndarray:
-    """(rows,): `allowed` (1 or rows, stages, layers); False where slowest_in_chunks_s's A* is inf for memory alone, True elsewhere
-    (and at every row where a time could be nan). _stage_times sets t_s(n) to inf past n_s =
-    floor(top_s + 1e-9), top_s the layers stage s holds with every layer recomputed (the same
-    floats here); no time is nan where every f, rho > 0, head, room and held are finite, held
-    > 0 and each slope is +inf or has held / slope > 0 (t_s(n) = rho ceil(need) + n f + head,
-    need finite or +inf). Then the times sorted, the finite ones come first, and the
-    layers stage s holds at finite times sum to at most its largest marked count up to n_s
-    (each marked count stands for itself less its previous one): where those sum below
-    `layers` the held counts reach `layers` at an infinite time or never, so A* is inf; and
-    where a stage's least marked count is past n_s its first time, a floor of A*, is inf."""
+    """(rows,): False where slowest_in_chunks_s's A* is inf for memory alone, True elsewhere
+    (and at every row where a time could be nan); `allowed` (1 or rows, stages, layers).
+
+    _stage_times sets t_s(n) to inf past n_s = floor(top_s + 1e-9), top_s the layers stage s
+    holds with every layer recomputed (the same floats here); no time is nan where every f,
+    rho > 0, head, room and held are finite, held > 0 and each slope is +inf or has held /
+    slope > 0 (t_s(n) = rho ceil(need) + n f + head, need finite or +inf). Then, the times
+    sorted, the finite ones come first, and the layers stage s holds at finite times sum to at
+    most its largest marked count up to n_s (each marked count stands for itself less its
+    previous one): where those sum below `layers` the held counts reach `layers` at an
+    infinite time or never, so A* is inf; and where a stage's least marked count is past n_s
+    its first time, a floor of A*, is inf."""
     if not room.size:
         return np.ones(len(room), bool)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

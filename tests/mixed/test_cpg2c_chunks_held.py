@@ -5,12 +5,13 @@
   hold `layers` in whole chunks within their memory (a stage's least marked count past where
   every layer is recomputed, or the stages' largest marked counts within that summing below
   the layers). Checked three ways on drawn rows, rooms from hopeless to ample, relieved end
-  stages among them: against the full reading of every row (_slowest_in_chunks_s, the reading
-  before: the same floats; passes of fewer than ROWS_TO_FILTER rows are read in full); every row it leaves out has no split in whole chunks by brute
-  force (test_option_keys._brute_in, each stage's least time), with one mask or one per row; and rows a time could be nan in
-  (a stage with no recompute cost) are all read. Planted fault: the test with the filter read
-  at 90% of each row's room (so it leaves out rows that can hold the layers) sees different
-  floats.
+  stages among them: against the full reading of every row (_slowest_in_chunks_s, the
+  reading before: the same floats; passes of fewer than ROWS_TO_FILTER rows are read in
+  full); every row it leaves out has no split in whole chunks by brute force
+  (test_option_keys._brute_in, each stage's least time), with one mask or one per row; and
+  rows a time could be nan in (a stage with no recompute cost) are all read. Planted fault:
+  the test with the filter read at 90% of each row's room (so it leaves out rows that can
+  hold the layers) sees different floats.
 - least_recomputed_rows sums each row's free layers by one reduction along the rows: against
   least_recomputed row by row, rows of 1 to 96 stages (pairwise sums past 8).
 """
@@ -33,7 +34,7 @@ def _drawn(rng):
     layers = int(rng.integers(stages * v, stages * v + 13))
     first, last = (frozenset(((0,), (1,), (0, 1))[i]) for i in rng.integers(0, 3, 2).tolist())
     mask = chunk_counts(layers, stages, v, first, last)
-    room, held, slope, f, rho, head = _rows(rng, int(rng.integers(1, 40)), stages)
+    room, held, slope, f, rho, head = _rows(rng, int(rng.integers(1, 64)), stages)
     room = room * rng.uniform(0.02, 1.5, (len(room), 1))
     if rng.random() < 0.5:  # relieved end stages: their state alone, no recompute
         slope[:, 0] = slope[:, -1] = np.inf
