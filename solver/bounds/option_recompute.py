@@ -126,6 +126,10 @@ def least_recomputed(room: np.ndarray, held: np.ndarray, slope: np.ndarray, laye
     return float("inf")
 
 
+ELEMENTS_A_PASS = 1 << 18  # _slowest_rows' rows x scenarios x stages x layers a pass (2 MiB an array)
+# one-mask passes of this many rows or more have slowest_in_chunks_s leave out the rows that
+# cannot hold the layers (GPT-3 175B cpg2: 40-47 rows a pass, most left out; Llama 3 8B: 8-23, few)
+ROWS_TO_FILTER = 24
 ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
 
 
@@ -134,8 +138,10 @@ def least_recomputed_rows(room: np.ndarray, held: np.ndarray, slope: np.ndarray,
     once, stage by stage in each row's order of slopes, with each row's arithmetic in
     least_recomputed's order, so the same floats (issue 33: 55,404 calls, a fifth of the
     memory's reading on GPT-3 175B / 1,024 A100 with classes_per_group 2)."""
-    free = np.maximum(room, 0.0) / held
-    left = np.array([layers - row.sum() for row in free])  # each row's sum as least_recomputed's
+    free = np.ascontiguousarray(np.maximum(room, 0.0) / held)
+    # each row's sum as least_recomputed's: a C-contiguous array's reduction along its last
+    # axis sums each row as the row's own sum does (pairwise, tests/mixed/test_cpg2c_chunks_held.py)
+    left = layers - free.sum(axis=-1)
     total = np.zeros(len(room))
     short = left > 0
     if short.sum() < ROWS_AT_ONCE:  # a few rows: each its own greedy (numpy's per-call cost)
@@ -351,14 +357,20 @@ class RecomputeFloor:
         if not todo:
             return
         L = int(self.inst.model.layers)
+        # rows a pass: a few MB of (rows, scenarios, stages, layers) arrays (issue 33: 32 rows a
+        # pass read GPT-3 175B / 1,024 A100's ~40 rows of a class with classes_per_group 2 in two
+        # passes, 3,357 in all, mostly numpy's cost per call); each row's A* is its own (every
+        # time and order is read per row), so the same floats however rows share a pass
+        per_row = len(self.fb.idx) * L
         for interleaved in (False, True):
             by_v: dict[tuple, list] = {}  # (pp, v): its rows (v > 1 ends a row's key, _row)
             for k in todo:
                 if (len(k) > 10) is interleaved:
                     by_v.setdefault((k[4], k[10] if interleaved else 1), []).append(k)
             for (pp, v), keys in by_v.items():
-                for lo in range(0, len(keys), 32):  # a few MB of (k, stages, layers) arrays a pass
-                    part = keys[lo:lo + 32]
+                step = max(1, ELEMENTS_A_PASS // (per_row * pp))
+                for lo in range(0, len(keys), step):
+                    part = keys[lo:lo + step]
                     got = self._slowest_part(part, todo, no_rc, L, pp, v)
                     for k, each in zip(part, got.tolist()):
                         self.memo["slowest", k, no_rc] = each
@@ -691,8 +703,65 @@ def slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, l
     Arrays as slowest_stage_each_s's; (rows, k), inf where the stages cannot hold `layers`.
     `allowed` of one mask ((stages, layers) or (1, stages, layers)) is read once for every row
     (_slowest_rows passes one v's rows at a time: issue 33, the masks' per-row reading was a
-    third of GPT-3 175B / 1,024 A100's A* with classes_per_group 2); the same floats."""
+    third of GPT-3 175B / 1,024 A100's A* with classes_per_group 2); the same floats.
+
+    Rows whose stages cannot hold `layers` in whole chunks within their memory (_chunks_held)
+    are inf without their times read (issue 33: most of GPT-3 175B / 1,024 A100's rows with
+    classes_per_group 2, whose infinite cut also had every count read for the others)."""
     allowed = allowed.reshape(-1, *allowed.shape[-2:])  # (1 or rows, stages, layers)
+    # (a few rows, or a mask per row: the filter's own numpy calls cost more than it saves)
+    if len(room) < ROWS_TO_FILTER or len(allowed) > 1:
+        return _slowest_in_chunks_s(room, held, slope, layers, f, rho, allowed, head)
+    holds = _chunks_held(room, held, slope, layers, f, rho, allowed, head)
+    if holds.all():
+        return _slowest_in_chunks_s(room, held, slope, layers, f, rho, allowed, head)
+    out = np.full((len(room), max(f.shape[1], rho.shape[1], 1 if head is None else head.shape[1])), np.inf)
+    if holds.any():  # each row's A* is its own: the same floats read with fewer rows
+        f, rho, head = (None if x is None else np.broadcast_to(x, (len(room), *x.shape[1:]))[holds]
+                        for x in (f, rho, head))
+        out[holds] = _slowest_in_chunks_s(room[holds], held[holds], slope[holds], layers, f, rho, allowed, head)
+    return out
+
+
+def _chunks_held(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
+                 rho: np.ndarray, allowed: np.ndarray, head: np.ndarray | None) -> np.ndarray:
+    """(rows,): False where slowest_in_chunks_s's A* is inf for memory alone, True elsewhere
+    (and at every row where a time could be nan); `allowed` (1 or rows, stages, layers).
+
+    _stage_times sets t_s(n) to inf past n_s = floor(top_s + 1e-9), top_s the layers stage s
+    holds with every layer recomputed (the same floats here); no time is nan where every f,
+    rho > 0, head, room and held are finite, held > 0 and each slope is +inf or has held /
+    slope > 0 (t_s(n) = rho ceil(need) + n f + head, need finite or +inf). Then, the times
+    sorted, the finite ones come first, and the layers stage s holds at finite times sum to at
+    most its largest marked count up to n_s (each marked count stands for itself less its
+    previous one): where those sum below `layers` the held counts reach `layers` at an
+    infinite time or never, so A* is inf; and where a stage's least marked count is past n_s
+    its first time, a floor of A*, is inf."""
+    if not room.size:
+        return np.ones(len(room), bool)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        freed = held / slope
+        # (a nan among them reads as not clean: min and max carry it, and it compares False)
+        clean = (rho.min() > 0 and rho.max() < np.inf and f.min() > 0 and f.max() < np.inf
+                 and (head is None or -np.inf < head.min() and head.max() < np.inf)
+                 and -np.inf < room.min() and room.max() < np.inf and held.min() > 0 and held.max() < np.inf
+                 and bool(((freed > 0) | (slope == np.inf)).all()))
+        if not clean:
+            return np.ones(len(room), bool)
+        per_full = held - freed
+        top = np.where(per_full > 0, room / np.where(per_full > 0, per_full, 1.0), np.inf)
+    at = np.maximum(np.minimum(np.floor(top + 1e-9), layers), 0).astype(int)  # (rows, stages): n_s in 0..layers
+    marked = np.where(allowed, np.arange(1, layers + 1), 0)
+    upto = np.concatenate([np.zeros((*allowed.shape[:2], 1), int), np.maximum.accumulate(marked, axis=-1)], axis=-1)
+    most = (upto[0][np.arange(allowed.shape[1]), at] if len(allowed) == 1 else
+            np.take_along_axis(upto, at[..., None], axis=-1)[..., 0])  # the largest marked n <= n_s
+    least = np.argmax(allowed, axis=-1) + 1  # (1 or rows, stages): the least marked count
+    return (most.sum(axis=-1) >= layers) & (least <= at).all(axis=-1)
+
+
+def _slowest_in_chunks_s(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: int, f: np.ndarray,
+                         rho: np.ndarray, allowed: np.ndarray, head: np.ndarray | None) -> np.ndarray:
+    """slowest_in_chunks_s of rows read in full; `allowed` (1 or rows, stages, layers)."""
     cols = _chunk_cols(room, held, slope, layers, f, rho, allowed, head)
     # only the counts some stage may hold are read (issue 33: whole chunks of v, a v-th of
     # the counts, took most of GPT-3 175B / 1,024 A100's memory reading with
