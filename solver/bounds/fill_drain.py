@@ -59,6 +59,13 @@ BLOCK_FLOATS = 8_000_000
 WINDOW_LEVELS = 24
 
 
+def _per_row(x, N: int) -> np.ndarray:
+    """x as floats (N,): itself where it is one per row, else broadcast (np.broadcast_to's
+    checks cost more than the readings of a few rows: issue 33, 8 x 8 row, 4,000 calls)."""
+    x = np.asarray(x, float)
+    return x if x.shape == (N,) else np.broadcast_to(x, (N,))
+
+
 def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m: np.ndarray,
                  caps: np.ndarray | None = None, cutoff: np.ndarray | None = None) -> np.ndarray:
     """Row by row, J of the module docstring for a pipeline whose stages come in kinds: kind j
@@ -86,7 +93,7 @@ def fill_drain_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: int, m
     ok = (pp <= layers) & np.isfinite(t).all(1) & np.isfinite(a).all(1) & (np.where(present, cap, 1) >= 1).all(1)
     ok &= (cap * count).sum(1) >= layers
     rows = np.flatnonzero(ok)
-    m = np.broadcast_to(np.asarray(m, float), (N,))
+    m = _per_row(m, N)
     cut = np.full(N, np.inf) if cutoff is None else np.asarray(cutoff, float)
     if K * K * min(most, WINDOW_LEVELS) > BLOCK_FLOATS:
         # one row's levels alone exceed the block: 0, a lower bound of any J (every stage's time
@@ -142,18 +149,16 @@ def _read_window(a, t, cap, live, start, W: int, room, kinds, G_inf, m, cut, tai
     bound is `tail`: each level at or above the row's `room` (_room_level) and `cap` read
     least first, a few at a time, and only while it can still lower the least F so far."""
     N = len(t)
-    k = start[:, :, None] + np.arange(W, dtype=float)[None, None, :]  # (N, K, W)
-    vals = a[:, :, None] + k * t[:, :, None]  # a stage of kind j at k layers
-    # (a level not read is inf here, so it sorts past every level that is, and the passes still
-    # stop at the first level that cannot lower the least)
-    vals = np.where((k <= cap[:, :, None]) & live[:, :, None] & (vals >= room[:, None, None]), vals, np.inf)
     # F(Z) = (m - 1) Z + G(Z) >= (m - 1) Z + G(inf) (G falls with Z), so a level whose
     # (m - 1) Z + G(inf) passes the least so far by LEVEL_SKIP_REL cannot lower it (its G is the
     # same sum of at most 2 K terms >= 0 as G(inf), with more on the dearer kinds: float rounding
     # moves either by ~1e-15 relative) and is not read; the least of the rest, and so the
     # result, is the same float (most levels of a window are past a cap, or far above the
-    # least: issue 33, 8 types)
-    Z = np.sort(vals.reshape(N, -1), axis=1)  # (N, levels): the levels a split's slowest stage can take
+    # least: issue 33, 8 types). A level past the tail (the least so far at first) or the cut
+    # is never read: only the levels below those bars are listed (_window_levels)
+    with np.errstate(invalid="ignore"):
+        bar = np.minimum(cut, tail + LEVEL_SKIP_REL * np.abs(tail))
+    Z = _window_levels(a, t, cap, live, start, W, room, G_inf, m, bar)  # (N, levels), least first
     best = tail.copy()
     step = max(LEVELS_AT_ONCE, LEVEL_READS_AT_ONCE // N)
     # (one errstate for every pass: inf - inf where no bound yet, read; an absent kind's 0 x inf)
@@ -171,6 +176,35 @@ def _read_window(a, t, cap, live, start, W: int, room, kinds, G_inf, m, cut, tai
             F = (m.take(r) - 1) * z + _least_sum(kinds, r, held[:, None, :])[:, 0]
             _lower(best, r, F)
     return best
+
+
+def _window_levels(a, t, cap, live, start, W: int, room, G_inf, m, bar) -> np.ndarray:
+    """(N, levels): per row of _read_window, least first and padded with inf, the window's
+    levels a_j + k t_j (the same floats) of its present kinds with start_j <= k < start_j + W,
+    k <= cap_j, at or above `room`, and at most one past the level whose bound
+    (m - 1) Z + G(inf) reaches `bar` (each kind's levels rise with k). The window's W levels a
+    kind are not built: on the 8 x 8 row's joint readings (issue 33) 14.4 million, of which
+    2.0 million are within the caps and at or above the room, 0.35 million below the bars. The
+    k are found by the quotients (Z - a_j) / t_j: the room's corrected to the first k whose
+    level reaches it, the bar's taken one further (it is off by far less than one layer: the
+    window's k are below a few thousand, the quotient's rounding ~1e-16 relative)."""
+    N, K = t.shape
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        z_bar = np.where(m > 1, (bar - G_inf) / (m - 1), np.where(G_inf <= bar, np.inf, -np.inf))
+        hi = np.minimum(np.minimum(start + (W - 1), cap), np.floor((z_bar[:, None] - a) / t) + 1)
+        lo = np.maximum(start, np.ceil((room[:, None] - a) / t) - 1)
+        for _ in range(2):  # the quotient less one, up to the first k whose level reaches the room
+            lo += a + lo * t < room[:, None]
+        n = hi - lo + 1
+    n = np.where(live & (n > 0), n, 0).astype(np.intp)
+    per_row, n = n.sum(axis=1), n.ravel()
+    at = np.repeat(np.arange(N * K), n)  # each listed level's (row, kind)
+    nth = np.arange(len(at)) - np.repeat(np.cumsum(n) - n, n)  # its place in its kind's
+    Z = np.full((N, int(per_row.max()) if N else 0), np.inf)
+    Z[at // K, np.arange(len(at)) - np.repeat(np.cumsum(per_row) - per_row, per_row)] = \
+        a.ravel().take(at) + (lo.ravel().take(at) + nth) * t.ravel().take(at)
+    Z.sort(axis=1)
+    return Z
 
 
 # relative margin (of the largest stage time in a row) by which _room_level is lowered: far
@@ -338,8 +372,8 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
     a, t, count = np.asarray(a, float), np.asarray(t, float), np.asarray(count, float)
     d, g = np.asarray(d, float), np.asarray(g, float)
     N, K = t.shape
-    m = np.broadcast_to(np.asarray(m, float), (N,))
-    v = np.broadcast_to(np.asarray(v, float), (N,))
+    m = _per_row(m, N)
+    v = _per_row(v, N)
     most = float(layers)
     cap = np.full((N, K), most) if caps is None else np.minimum(np.asarray(caps, float), most)
     free = (fill_drain_s(a, t, count, layers, m, cap) if pipeline_s is None else pipeline_s) / v  # J_v, no sync level
@@ -389,7 +423,8 @@ def fill_drain_sync_s(a: np.ndarray, t: np.ndarray, count: np.ndarray, layers: i
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             held = np.where(g[r] > 0, np.floor((w[:, None] * (1 + SYNC_ROOM) - d[r]) / g[r] + SYNC_ROOM),
                             np.where(d[r] <= w[:, None] * (1 + SYNC_ROOM), most, 0.0))
-        held = np.nan_to_num(np.clip(held, 0.0, cap[r]), nan=0.0, posinf=0.0)
+        held = np.clip(held, 0.0, cap[r])
+        held[np.isnan(held) | (held == np.inf)] = 0.0  # (nan_to_num's, without its wrapper)
         F = w + fill_drain_s(*(x.take(r, axis=0) for x in (a, t, count)), layers, m.take(r), held, cutoff) / v.take(r)
         _lower(best, r, F)
     out[rows] = best
@@ -421,7 +456,7 @@ def fill_drain_relaxed_s(t: np.ndarray, count: np.ndarray, layers: int, m: np.nd
     rate = np.where(present, count / np.where(present, t, 1.0), 0.0) if rate is None else np.asarray(rate, float)
     ok = (np.isfinite(np.where(present, t, 1.0)).all(1) & np.isfinite(np.where(present, rate, 1.0)).all(1)
           & (count.sum(1) <= layers))
-    m = np.broadcast_to(np.asarray(m, float), (N,))
+    m = _per_row(m, N)
     if ok.all():  # (most calls: every row, read in place, not gathered)
         r = slice(None)
     else:
