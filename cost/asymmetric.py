@@ -233,11 +233,6 @@ def mem_bytes(ac: AsymmetricCoefficients, n: np.ndarray, r: np.ndarray) -> np.nd
             - np.asarray(r, float) * (c.layer_act_bytes - c.layer_ckpt_bytes))
 
 
-def fits(ac: AsymmetricCoefficients, n: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Whether splits n with r recomputed layers fit every stage's memory."""
-    return (mem_bytes(ac, n, r) <= ac.rows.capacity_bytes).all(axis=-1)
-
-
 def plan_of(inst: Instance, ho: ClassOuter, n, r) -> Plan:
     """The plan of asymmetric pipeline `ho` with split n and recompute counts r: one class of
     replicas 1 running the batch's M micro-batches, its stages' degrees in stage_dp."""

@@ -151,11 +151,6 @@ class LayerMatmuls:
         return col, per_call[n], sum(per_call[n + 1:-1]), per_call[-1]
 
     @property
-    def qkv(self) -> float:
-        """The attention's input projections together."""
-        return sum(self.attn_in)
-
-    @property
     def linear_calls(self) -> tuple[float, ...]:
         return (*self.attn_in, self.attn_out, *self.mlp)
 

@@ -90,11 +90,6 @@ def price_with(row: dict, params: MoeParams) -> moe_anchors.AnchorPrice:
         return moe_anchors.price(row)
 
 
-def _log_error(a: moe_anchors.AnchorPrice) -> float:
-    """ln(predicted / measured model TFLOP/s per GPU): > 0 when paraplan is faster."""
-    return math.log(a.megatron_tflops_per_gpu / a.published_tflops_per_gpu)
-
-
 def log_error_pricer(row: dict) -> Callable[[], float]:
     """_log_error(price_with(row, ·)) under the MoeParams in force, the same float, as a
     function to call once per grid point: the row read once (moe_anchors.pricer), and each call

@@ -642,15 +642,6 @@ def scale_slow_log_quantile(f: Features, res: Sequence[Residual], exclude_family
     return random_effects_log_quantile(scale_pool(res, exclude_family), quantile)
 
 
-def quantile_factor(f: Features, quantile: float, res: Sequence[Residual]) -> float:
-    """predicted time at `quantile` / predicted time: the measured time stays below
-    predicted * this in a `quantile` share of the out-of-sample residuals band_pool gives f
-    (family-weighted, as the interval): exp(-r_(1 - quantile)), or the scale axis's factor
-    (_scale_factor) where that reaches farther on the slow side."""
-    factor, scale = _pool_quantile_factor(band_pool(f, res)[0], quantile), _scale_factor(f, res, quantile)
-    return factor if scale is None else max(factor, scale)
-
-
 # any plan at the scale axis's scale: scale_slow_log_quantile reads nothing else of it
 _AT_SCALE = Features(family="", framework="", gpu="", num_gpus=SCALE_AXIS_MIN_GPUS, zero=0, cp=1, pp=1,
                      precision="bf16", activations="stored")

@@ -587,26 +587,6 @@ class OuterChoices:
             start += len(rows)
         return A, Sm, D, fits
 
-    def _kept_groups(self, x, cut: float) -> list:
-        """(group position, coefficients per scenario) of the groups of choice x's plans by
-        replicated parameters (_split_bound, ascending count) that _bounded keeps at `cut`
-        (_class_kept_groups of x alone)."""
-        return self._class_kept_groups(x[0], [x], cut)[x]
-
-    def _class_kept_groups(self, k: int, xs: list, cut: float) -> dict:
-        """Per choice x of class k in `xs`: _kept_groups(x, cut), every group of each span kept
-        at SPLIT_SPANS read (the groups _split_bound would read with every span split). A span
-        at the optimistic terms of all its plans is below each of its groups, so where the
-        span is above `cut` each of its groups is, and it is dropped unsplit; the groups kept
-        are those the groups read one by one keep (on 32 A100 + 32 H100 with the three
-        options, 2,131 of 16,832 groups were kept, 606 of 1,052 choices kept none)."""
-        first = self._class_spans(k, xs, {x: self._groups_of(x)[3] for x in xs}, cut)
-        out = {x: [(a, c) for (a, b), c in first.get(x, []) if b - a == 1] for x in xs}
-        groups = {x: [(j, j + 1) for (a, b), _ in first.get(x, []) if b - a > 1 for j in range(a, b)] for x in xs}
-        for x, got in self._class_spans(k, xs, groups, cut).items():
-            out[x] += [(a, c) for (a, _), c in got]
-        return {x: sorted(got, key=lambda t: t[0]) for x, got in out.items()}
-
     def _class_spans(self, k: int, xs: list, spans: dict, cut: float) -> dict:
         """Per choice x of class k in `xs`: ((first group, past the last), coefficients per
         scenario) of the spans of spans[x] that _bounded keeps at `cut` (every other choice
@@ -681,19 +661,6 @@ class OuterChoices:
                 out.nodes.append((lb, dataclasses.replace(node, bound=lb, linked=True)))
             return out
         self._step(node, cut, out, deadline)
-        return out
-
-    def expand_all(self, upper_s: float) -> Listing:
-        """expand, then every child it leaves, until none is left: every candidate at once."""
-        out, todo = Listing(), [None]
-        while todo:
-            got = self.expand(upper_s, todo.pop())
-            out.candidates += got.candidates
-            out.pruned_by_bound += got.pruned_by_bound
-            out.pruned_by_memory += got.pruned_by_memory
-            out.pruned_by_dominance += got.pruned_by_dominance
-            todo += [sub for _, sub in got.nodes]
-        out.candidates.sort(key=lambda c: (c[0], c[1]))
         return out
 
     def _root(self, out: Listing, cut: float = math.inf) -> "Subset":

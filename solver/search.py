@@ -465,15 +465,6 @@ def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
                              virtual_stages=o.virtual_stages, paired=paired_counts(inst, o))
 
 
-def problem_for(inst: Instance, o: ClassOuter, objective: str, placements: dict | None = None,
-                partitions: tuple | None = None) -> MultiClassProblem:
-    """The inner problem of `o`. `placements`: see placer. `partitions`: per class, its layer
-    plans (ReplicaClass.partitions; None: Megatron 1-D everywhere)."""
-    if dualpipe_job(inst):
-        return dualpipe_problem(inst, o)
-    return problem_of(inst, o, objective, priced_for(inst, o, objective, placements, partitions))
-
-
 def priced_for(inst: Instance, o: ClassOuter, objective: str, placements: dict | None = None,
                partitions: tuple | None = None) -> tuple:
     """problem_for's coefficients [scenario][class] as build prices them, before problem_of

@@ -1495,8 +1495,3 @@ def one_group_summary(inst: Instance) -> SpaceSummary:
     layer plans)."""
     uniform = inst.search.uniform_split
     return summarize(inst, declared_outers(inst, uniform=uniform), uniform)
-
-
-def one_group_plans_total(inst: Instance) -> int:
-    """Complete plans of a homogeneous instance's declared space (one_group_summary)."""
-    return one_group_summary(inst).plans_total

@@ -116,7 +116,8 @@ def option_optimum(make, seed: int, **search):
 def small_seeds(make, start: int, count: int, max_splits: int, accept=lambda outers: True) -> list[int]:
     """The first `count` seeds from `start` whose instance `make(seed)` has at most `max_splits`
     complete plans (so exhaustive search stays quick) and whose outer configurations `accept`."""
-    from paraplan.solver.space import one_group_outers, one_group_plans_total
+    from oracles.space import one_group_plans_total
+    from paraplan.solver.space import one_group_outers
     out, seed = [], start
     while len(out) < count:
         inst = make(seed)

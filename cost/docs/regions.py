@@ -34,11 +34,6 @@ def region(text: str, name: str) -> str:
     return m.group(2)
 
 
-def regions(text: str) -> list[str]:
-    """The names of the generated regions in `text`, in order."""
-    return re.findall(r"<!-- BEGIN generated ([\w.-]+): ", text)
-
-
 def replace_region(text: str, name: str, body: str) -> str:
     """`text` with region `name`'s body replaced by `body` (which ends with a newline)."""
     region(text, name)  # raises where absent

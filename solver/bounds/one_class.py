@@ -521,13 +521,6 @@ def coupled_bounds_above(cs: list[StageCoefficients], allow_full_recompute: bool
     return out
 
 
-def max_layers_per_stage(c: StageCoefficients) -> np.ndarray:
-    c = slot_relaxation(c)  # (of the relaxation: with the slots, a cap on n_s + o_s)
-    return coefficients.max_layers_per_stage(c.layer_state_bytes, c.layer_act_bytes, c.layer_ckpt_bytes,
-                                             c.capacity_bytes, c.stage_mem_bytes, c.outer.virtual_stages,
-                                             c.layers)
-
-
 def memory_infeasible(c: StageCoefficients) -> bool:
     c = slot_relaxation(c)
     return coefficients.no_split_fits(c.layer_state_bytes, c.layer_act_bytes, c.layer_ckpt_bytes,

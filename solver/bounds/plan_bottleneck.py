@@ -91,21 +91,6 @@ def group_steps(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return at[rise], best[rise]
 
 
-def least_levels(rows: list[list[tuple[np.ndarray, np.ndarray]]], need: int) -> np.ndarray:
-    """Per row (the group_steps of each of a class's groups), the least level Z at which the
-    groups hold `need` chunks together, each at its first step at least: inf where none does."""
-    out = np.full(len(rows), np.inf)
-    for r, steps in enumerate(rows):
-        if any(not z.size for z, _ in steps) or sum(int(c[-1]) for _, c in steps) < need:
-            continue
-        lo = max(float(z[0]) for z, _ in steps)
-        at = np.unique(np.concatenate([z for z, _ in steps]))
-        at = at[at >= lo]
-        total = sum(c[np.searchsorted(z, at, side="right") - 1] for z, c in steps)
-        out[r] = at[np.argmax(total >= need)]
-    return out
-
-
 def held_chunks(levels: np.ndarray) -> np.ndarray:
     """(plans, stages): the chunks each stage can hold under each plan (its finite levels: a
     prefix, one_class.stage_levels), from `levels` as group_steps'."""
@@ -143,23 +128,6 @@ def group_sums(levels: np.ndarray, need: int) -> np.ndarray:
     more = min(need - stages, steps.shape[1])
     total = first[:, None] + np.concatenate([np.zeros((plans, 1)), np.cumsum(steps[:, :more], axis=1)], 1)
     out[stages:stages + more + 1] = total.min(0)
-    return out
-
-
-def least_sums(rows: list[list[np.ndarray]], need: int) -> np.ndarray:
-    """Per row (the group_sums of each of a class's groups), the least total over the counts the
-    groups can hold `need` chunks in (each group's own least sum at its count, min-plus
-    convolved): inf where none."""
-    c = np.arange(need + 1)
-    back = c[:, None] - c[None, :]  # [c, a]: the count left to the next group, a <= c
-    below = back >= 0
-    back = np.where(below, back, 0)
-    out = np.full(len(rows), np.inf)
-    for r, sums in enumerate(rows):
-        acc = sums[0]
-        for h in sums[1:-1]:  # acc'[c] = min over a <= c of acc[a] + h[c - a]
-            acc = np.where(below, acc[None, :] + h[back], np.inf).min(1)
-        out[r] = (acc + sums[-1][::-1]).min() if len(sums) > 1 else acc[need]
     return out
 
 

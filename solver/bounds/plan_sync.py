@@ -212,14 +212,6 @@ def _aggregate(d: list[float], agg: str, w: np.ndarray) -> float:
     return min(d) if agg == "max" else float(np.array(d) @ w)
 
 
-def least_sync_s(inst, o, i: int, memo: dict) -> float:
-    """D of outer `o` on scenario i (_least_sync_up_to, read in full)."""
-    return _least_sync_up_to(inst, o, [i], "max", _NO_WEIGHTS, memo)
-
-
-_NO_WEIGHTS = np.zeros(0)  # a worst case's (_aggregate reads none)
-
-
 def _sync_key(o, i: int) -> tuple:
     """least_sync_s' key of outer `o` on scenario i: what its floors' keys read of `o` (each
     class's groups and replicas, the tp per group, cp, the micro-batch, the sequence-parallel

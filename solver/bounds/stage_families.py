@@ -508,12 +508,6 @@ class FamilyBounds:
         per_mb = z.max(axis=1) if self.agg == "max" else z @ np.asarray(self.weights, float)
         return float(per_mb.min() * self.factor(fam.used, fam.cp, _depths(fam)))
 
-    def combos(self, fam: StageFamily) -> tuple[np.ndarray, np.ndarray]:
-        """(index in tp_choices, bound) of each of the family's tp choices, in declared order
-        (tp_choices: the product of the groups' tp_values), all at once."""
-        index, bound, _ = self._combos(fam)
-        return index, bound
-
     def _combos(self, fam: StageFamily, least: bool = False, only: np.ndarray | None = None,
                 recompute: bool = True, refusals: bool = True) -> tuple[np.ndarray, np.ndarray, tuple | None]:
         """combos, and the terms fill_drain_choices reads: (z at v = 1, z's least at v > 1,

@@ -66,17 +66,6 @@ def _plain(o: ClassOuter) -> bool:
     return o.ep == 1 and o.etp is None and o.virtual_stages == 1 and o.zero_bubble is None
 
 
-def lone_key(o: ClassOuter):
-    """The key of a one-class, one-stage configuration `o` (its settings, its group and
-    replicas), or None where it is not one or the claim does not cover it."""
-    if len(o.classes) != 1 or not _plain(o):
-        return None
-    c = o.classes[0]
-    if c.pp != 1 or c.stage_dp:
-        return None
-    return dataclasses.replace(o, family="", classes=(ClassShape(replicas=c.replicas, stage_groups=c.stage_groups),))
-
-
 def twin_key(o: ClassOuter):
     """The lone_key of the one-class configuration that bounds `o` below (module docstring),
     or None where `o` is not twins the claim covers: >= 2 classes, each one stage on one group,

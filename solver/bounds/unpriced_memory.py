@@ -363,13 +363,6 @@ def _class_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dic
     return out
 
 
-def _floor_coefficients(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
-                        reserve: float) -> list[StageCoefficients]:
-    """Per scenario of `idx`, _class_rows' coefficients of class k of `o` before the slot
-    relaxation, capped at the memory tier (_floor_rows' coefficients)."""
-    return [c_floor for c_floor, _ in _floor_rows(inst, o, k, co, idx, memo, layer_memo, net, slow, reserve)]
-
-
 def _floor_rows(inst, o, k: int, co, idx: list[int], memo: dict, layer_memo: dict, net, slow: float,
                 reserve: float) -> list[tuple[StageCoefficients, dict]]:
     """Per scenario of `idx`, (_class_rows' coefficients of class k of `o` before the slot

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from oracles.cost import quantile_factor
 from paraplan import instances
 from paraplan.cost import comm, moe
 from paraplan.cost.comm import NetEfficiency
@@ -217,8 +218,8 @@ def test_an_oversubscribed_fabric_is_one_feature_farther_from_the_published_runs
     assert trust.distance_level(f_over, res) == min(lo + 1, trust.DISTANCE_LEVELS - 1)
     assert "fabric=oversubscribed" in trust.unvalidated(f_over, res)
     q = parse_objective(DEFAULT_OBJECTIVE)
-    assert trust.objective_factor_of(over, plan) == pytest.approx(trust.quantile_factor(f_over, q, res))
-    assert trust.objective_factor_of(flat, plan) == pytest.approx(trust.quantile_factor(f_flat, q, res))
+    assert trust.objective_factor_of(over, plan) == pytest.approx(quantile_factor(f_over, q, res))
+    assert trust.objective_factor_of(flat, plan) == pytest.approx(quantile_factor(f_flat, q, res))
     if lo + 1 < trust.DISTANCE_LEVELS:  # the farther level's band is the wider one
         assert trust.objective_factor_of(over, plan) > trust.objective_factor_of(flat, plan)
     # the printed band names the fabric among what is unvalidated (small-gpt: level 1 -> 2 here)

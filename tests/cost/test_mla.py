@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from oracles.cost import qkv
 from paraplan import instances
 from paraplan.cost import memory
 from paraplan.cost.coefficients import homogeneous_placement, megatron_layer
@@ -78,7 +79,7 @@ def test_deepseek_v3_flops_per_token_and_layer():
     m = v3_attention()
     mms = layer_matmuls(m, 1, tp=1, cp=1)
     t = 4096
-    assert mms.qkv + mms.attn_out == pytest.approx(t * 374_210_560, **EXACT)
+    assert qkv(mms) + mms.attn_out == pytest.approx(t * 374_210_560, **EXACT)
     assert len(mms.attn_in) == 4  # q down, q up, kv down, kv up, in call order
     assert mms.attn_in[0] == pytest.approx(t * 2 * 7168 * 1536, **EXACT)
     assert mms.attention_core == pytest.approx(t * 167_772_160, **EXACT)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from oracles.cost import qkv
 from paraplan import instances
 from paraplan.cost import memory
 from paraplan.cost.coefficients import build
@@ -55,7 +56,7 @@ def test_layer_flops_with_head_dim_and_window():
     # gate and up 2*t*h*f = 524,288 each, down 524,288. Core: QK^T and PV are 2*t*s*q each,
     # full causal keeps half: 2 * 2*16*16*128 * 0.5 = 65,536.
     mms = layer_matmuls(tiny(), 1, tp=1, cp=1)
-    assert (mms.qkv, mms.attn_out, mms.mlp) == (524_288, 262_144, (524_288,) * 3)
+    assert (qkv(mms), mms.attn_out, mms.mlp) == (524_288, 262_144, (524_288,) * 3)
     assert mms.attention_core == 65_536
     # a 4-token window in every layer: fraction 4/16 - (4/16)^2/2 = 0.21875 of s^2,
     # 4*16*16*128 * 0.21875 = 28,672
@@ -70,7 +71,7 @@ def test_bias_flops_add_one_per_output():
     # and up (4,096 each) and t*h on down (1,024)
     plain = layer_matmuls(tiny(), 1, 1, 1)
     biased = layer_matmuls(tiny(qkv_bias=True, attn_out_bias=True, mlp_bias=True), 1, 1, 1)
-    assert biased.qkv - plain.qkv == 4_096
+    assert qkv(biased) - qkv(plain) == 4_096
     assert biased.attn_out - plain.attn_out == 1_024
     assert [b - p for b, p in zip(biased.mlp, plain.mlp)] == [4_096, 4_096, 1_024]
 

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from oracles.cost import quantile_factor
 from paraplan.cost.trust import (SCALE_AXIS_MIN_GPUS, Features, Residual, coverage_report, nested_bands,
-                                 quantile_factor, random_effects_log_quantile, relative_width, trust_for)
+                                 random_effects_log_quantile, relative_width, trust_for)
 
 Z_10 = -1.2815516  # the standard normal's 10th percentile
 

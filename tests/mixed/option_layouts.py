@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 
+from oracles.class_partitions import expand_all
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds.unpriced import floor_bounds_s
@@ -45,7 +46,7 @@ def layer_plan_problems(inst, o, upper_s: float) -> list:
     if ch.total > 1:
         ch.optimistic()
         problems += [search_mod.problem_of(inst, o, "nominal", coeffs, prescaled=True)
-                     for _, _, coeffs, _ in ch.expand_all(upper_s).candidates]
+                     for _, _, coeffs, _ in expand_all(ch, upper_s).candidates]
     return problems
 
 

@@ -11,12 +11,13 @@ import math
 import pytest
 from randinst import mixed_family_instance
 
+from oracles.cost import quantile_factor
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.readers.plan_reader import load_plan, plan_from_mapping
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Framework
-from paraplan.cost.trust import Features, distance_level, objective_factor_of, published_residuals, quantile_factor
+from paraplan.cost.trust import Features, distance_level, objective_factor_of, published_residuals
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive, exhaustive_asymmetric
 from paraplan.solver.memory_tiers import plan_tier

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from randinst import Space, toy_model
 
+from oracles.bounds import combos
+from oracles.search import problem_for
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.specs import Cluster, GpuSpec, Instance, JobSpec, Link, NodeGroup
 from paraplan.solver import search as search_mod
@@ -30,7 +32,7 @@ from paraplan.solver.bounds.stage_families import ReplicaFamily
 from paraplan.solver.class_partitions import all_partitions
 from paraplan.solver.class_layouts import replica_options
 from paraplan.solver.exhaustive import exhaustive
-from paraplan.solver.search import FAMILIES, placer, problem_for, problems_for, search
+from paraplan.solver.search import FAMILIES, placer, problems_for, search
 
 SEEDS = (1, 2, 3, 4, 6, 7)  # (0 and 5: more candidates than exhaustive search lists)
 MAX_CANDIDATES = 300_000
@@ -86,7 +88,7 @@ def _refused_partials(inst):
             stages = sum(inst.cluster.groups[g].num_gpus // (np.array([t for _, t in fam.tps[k]])[grid[k]]
                                                              * fam.cp * fam.dp) for k, g in enumerate(fam.used))
             refused = fb._stage_refused(fam, grid, stages)
-            index, _ = fb.combos(fam)
+            index, _ = combos(fb, fam)
             bad = index[refused].tolist()
         start = len(lazy.partials)
         lazy.set_up([search_mod._Choice(f, x, (0.0, -1, -1)) for x in bad])

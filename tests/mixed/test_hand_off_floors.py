@@ -28,6 +28,7 @@ import pytest
 from randinst import Space, toy_model
 from test_unpriced_memory import _optimum
 
+from oracles.bounds import floor_coefficients
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers, class_placement
 from paraplan.cost.coefficients import build
@@ -96,7 +97,7 @@ def test_the_placed_terms_are_builds(seed):
     for o in _pipelines(inst):
         for k, co in enumerate(class_outers(inst.job, o)):
             c = build(inst, co, reserve_bytes=reserve, placement=class_placement(inst.cluster, o, k))
-            f = unpriced_memory._floor_coefficients(inst, o, k, co, [0], {}, {}, net, slow, reserve)[0]
+            f = floor_coefficients(inst, o, k, co, [0], {}, {}, net, slow, reserve)[0]
             assert np.all(f.stage_time_s <= c.stage_time_s * (1 + 1e-12)), o
             assert np.all(f.stage_sync_time_s <= c.stage_sync_time_s * (1 + 1e-12)), o
             if o.zero != 3:

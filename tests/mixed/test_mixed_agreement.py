@@ -75,7 +75,8 @@ def test_one_solver_per_backend_name():
     the multi-class MILP gives the same optimum on CBC, SCIP and HiGHS (CP-SAT as reference)."""
     from paraplan.formulations.multiclass_milp import solve_multiclass_milp
     from paraplan.formulations.recompute_choice import solve_over_pattern
-    from paraplan.solver.search import _solve_inner, problem_for
+    from oracles.search import problem_for
+    from paraplan.solver.search import _solve_inner
     from paraplan.solver.space import declared_outers
 
     compared = 0

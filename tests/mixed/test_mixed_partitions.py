@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from oracles.class_partitions import expand_all
 from paraplan.cost.coefficients import build
 from paraplan.cost.class_coefficients import class_outers, partitions_layer_fn
 from paraplan.cost.readers.plan_reader import plan_from_mapping
@@ -83,7 +84,7 @@ def test_assembled_class_coefficients_equal_a_direct_build():
         ch = OuterChoices(inst, o, [0], placed, class_outers(inst.job, o),
                           lambda coeffs, o=o: problem_of(inst, o, "nominal", coeffs, prescaled=True))
         ch.optimistic()
-        lst = ch.expand_all(float("inf"))
+        lst = expand_all(ch, float("inf"))
         for lb, _, coeffs, parts in lst.candidates[:: max(1, len(lst.candidates) // 5)]:
             for k, c in enumerate(coeffs[0]):
                 pl = placed(0, k)
@@ -110,7 +111,7 @@ def test_vectorised_class_bound_is_below_the_optimum():
         if ch.total == 1:
             continue
         ch.optimistic()
-        for lb, _, coeffs, _ in ch.expand_all(float("inf")).candidates[:4]:
+        for lb, _, coeffs, _ in expand_all(ch, float("inf")).candidates[:4]:
             p = problem_of(inst, o, "nominal", coeffs)
             sr = solve_multiclass_cpsat(p, time_limit_s=20)
             if sr.objective_s is not None:
@@ -200,7 +201,7 @@ def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win(monk
                               lambda coeffs: problem_of(inst, o, "nominal", coeffs, prescaled=True))
             ch.optimistic()
             return ch
-        every = choices().expand_all(float("inf"))
+        every = expand_all(choices(), float("inf"))
         if not every.candidates:
             continue
         ch = choices()
@@ -208,7 +209,7 @@ def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win(monk
                 + every.pruned_by_dominance) == ch.total - 1
         lbs = sorted(lb for lb, _, _, _ in every.candidates)
         cut = lbs[len(lbs) // 2]  # half of them can win
-        lazy = ch.expand_all(cut)
+        lazy = expand_all(ch, cut)
         want = {j for lb, j, _, _ in every.candidates if lb <= cut * (1 + 1e-9)}
         got = {j for _, j, _, _ in lazy.candidates}
         # a lone class's combinations may also be proved above the cut by coupling its slowest
@@ -223,7 +224,7 @@ def test_lazy_layer_plan_subsets_list_exactly_the_combinations_that_can_win(monk
     # unbounded: the same candidates and the same count (the smallest outer of two classes)
     choices, cut, got, total = first
     monkeypatch.setattr(class_partitions, "GRID_CAP", 3)
-    small = choices().expand_all(cut)
+    small = expand_all(choices(), cut)
     assert sorted(j for _, j, _, _ in small.candidates) == got
     assert (len(small.candidates) + small.pruned_by_bound + small.pruned_by_memory
             + small.pruned_by_dominance) == total - 1

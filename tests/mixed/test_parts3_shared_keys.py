@@ -19,6 +19,7 @@ import pytest
 from test_partitions_lazy import _choices_of
 from test_plan_bottleneck import CASES
 
+from oracles.class_partitions import kept_groups
 from paraplan.solver import class_partitions as CP
 
 
@@ -69,8 +70,8 @@ def test_spans_keep_the_groups_read_one_by_one_keep(case, monkeypatch):
         default, kept = CP.SPLIT_SPANS, {}
         for spans in (1, default, 64):
             monkeypatch.setattr(CP, "SPLIT_SPANS", spans)
-            kept[spans] = [[j for j, _ in ch._kept_groups(x, cut)] for x in ch.open]
-        every = [len(ch._kept_groups(x, math.inf)) for x in ch.open]
+            kept[spans] = [[j for j, _ in kept_groups(ch, x, cut)] for x in ch.open]
+        every = [len(kept_groups(ch, x, math.inf)) for x in ch.open]
         assert kept[1] == kept[default] == kept[64]
         checked += 1
         dropped += sum(map(len, kept[64])) < sum(every)

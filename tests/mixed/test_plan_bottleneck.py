@@ -32,8 +32,9 @@ import numpy as np
 import pytest
 from test_partitions_lazy import _choices_of as _choices, _choices_of_one, tiny2
 
+from oracles.bounds import least_levels, least_sums
 from paraplan.solver.bounds.one_class import FLOAT_SAFETY, stage_levels
-from paraplan.solver.bounds.plan_bottleneck import group_steps, group_sums, least_levels, least_sums
+from paraplan.solver.bounds.plan_bottleneck import group_steps, group_sums
 
 
 def _row_bottleneck(levels: np.ndarray, need: int) -> float:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import pytest
 from test_partitions_lazy import OPTIONS, TINY2
 
+from oracles.search import problem_for
 from paraplan.cost import partition as P
 from paraplan.cost.class_coefficients import class_layer_fn, class_outers, on_group
 from paraplan.cost.coefficients import build, stage_outer
@@ -84,7 +85,7 @@ def test_raised_keys_are_at_most_every_combinations_priced_bound(case):
         placements: dict = {}
         for parts in all_partitions(inst, o, search_mod.placer(inst, o, placements),
                                     class_outers(inst.job, o)):
-            p = search_mod.problem_for(inst, o, "nominal", placements, parts if any(parts) else None)
+            p = problem_for(inst, o, "nominal", placements, parts if any(parts) else None)
             lb = lower_bounds_s([p], None)[0]
             assert plans_key <= lb * (1 + 1e-12), (o, parts, plans_key, lb)
             if not any(parts):  # all-Megatron: its own floor (Megatron's layer) raised too
@@ -96,7 +97,7 @@ def test_raised_keys_are_at_most_every_combinations_priced_bound(case):
 def _least_priced_bound(inst, o) -> float:
     """The least priced bound (batched.lower_bounds_s) over every layer-plan combination of `o`."""
     placements: dict = {}
-    return min(lower_bounds_s([search_mod.problem_for(inst, o, "nominal", placements, parts if any(parts) else None)],
+    return min(lower_bounds_s([problem_for(inst, o, "nominal", placements, parts if any(parts) else None)],
                               None)[0]
                for parts in all_partitions(inst, o, search_mod.placer(inst, o, placements), class_outers(inst.job, o)))
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from randinst import group_tp_instance, random_cluster_instance
 
+from oracles.bounds import floor_coefficients
 from paraplan.cost import scale
 from paraplan.cost.class_coefficients import class_outers
 from paraplan.cost.comm import NetEfficiency
@@ -43,7 +44,7 @@ def _cases():
 def _coefficients(inst, o, idx, memo, layer_memo) -> list:
     net = NetEfficiency()
     slow = scale.slowest_rank_fraction(inst.cluster.num_gpus, net.rank_jitter_rel)
-    return [unpriced_memory._floor_coefficients(inst, o, k, co, idx, memo, layer_memo, net, slow,
+    return [floor_coefficients(inst, o, k, co, idx, memo, layer_memo, net, slow,
                                                 inst.search.memory_reserve_bytes)
             for k, co in enumerate(class_outers(inst.job, o))]
 

@@ -14,6 +14,7 @@ import random
 import numpy as np
 import pytest
 
+from oracles.search import problem_for
 from paraplan.cost.specs import Cluster, Period, Scenario, Switching
 from paraplan.cost.specs import Link
 from paraplan.solver.class_partitions import all_partitions
@@ -21,7 +22,7 @@ from paraplan.solver.dynamic import plan_timeline
 from paraplan.solver import memory_tiers
 from paraplan.solver.exhaustive import _class_rows
 from paraplan.cost.class_coefficients import class_outers
-from paraplan.solver.search import placer, problem_for
+from paraplan.solver.search import placer
 from paraplan.solver.space import declared_outers, micro_batch_vectors
 from bundled_plans import same_worker, timeline_json
 from randinst import random_cluster_instance

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from oracles.bounds import lone_key
 from paraplan.cost.plan_specs import ClassOuter, ClassShape
 from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import search as search_mod
@@ -52,7 +53,7 @@ def test_twins_carry_the_lone_class_coefficients(zero, group):
     shape = dict(tp=4, micro_batch=1, zero=zero, family="replica")
     twin = ClassOuter(**shape, classes=(ClassShape(replicas=1, stage_groups=(group,)),) * 2)
     lone = ClassOuter(**shape, classes=(ClassShape(replicas=2, stage_groups=(group,)),))
-    assert twins.twin_key(twin) == twins.lone_key(lone)
+    assert twins.twin_key(twin) == lone_key(lone)
     pt, po = problems_for(inst, [twin, lone], "nominal")
     assert pt is not None and po is not None
     for cs_t, cs_o in zip(pt.coeffs, po.coeffs):

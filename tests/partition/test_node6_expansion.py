@@ -28,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 from test_partitions_lazy import _choices_of, _choices_of_one  # noqa: E402
 from test_plan_bottleneck import CASES, _random_levels  # noqa: E402
 
+from oracles.bounds import least_levels, least_sums  # noqa: E402
 from paraplan.cost import partition as P  # noqa: E402
 from paraplan.cost.class_coefficients import on_group  # noqa: E402
-from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, least_levels,  # noqa: E402
-                                                    least_levels_picked, least_sums, least_sums_picked)
+from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, least_levels_picked,  # noqa: E402
+                                                    least_sums_picked)
 from paraplan.solver.class_partitions import _const  # noqa: E402
 from paraplan.solver.partition_plans import optimistic_terms, stage_arrays  # noqa: E402
 

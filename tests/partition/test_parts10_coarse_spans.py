@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 from test_parts4_split_grid import CASES  # noqa: E402
 from test_partitions_lazy import _choices_of  # noqa: E402
 
+from oracles.class_partitions import class_kept_groups  # noqa: E402
 from paraplan.solver.class_partitions import GRID_CAP, OuterChoices  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def _full_least(ch, cut: float) -> float:
     """The least of the full reading: every kept group of every kept span, one grid."""
     store, kept = {}, {x: [0] for x in ch.keys}
     for k in sorted({x[0] for x in ch.open}):
-        for x, groups in ch._class_kept_groups(k, [x for x in ch.open if x[0] == k], cut).items():
+        for x, groups in class_kept_groups(ch, k, [x for x in ch.open if x[0] == k], cut).items():
             for j, c in groups:
                 store[x[0], x[1], j + 1] = c
                 kept[x].append(j + 1)

@@ -29,6 +29,7 @@ from test_partitions_lazy import OPTIONS, _choices_of  # noqa: E402
 from test_plan_bottleneck import CASES as BOTTLENECK  # noqa: E402
 from test_plan_sync import two_sites  # noqa: E402
 
+from oracles.class_partitions import kept_groups  # noqa: E402
 from paraplan.solver.class_partitions import OuterChoices  # noqa: E402
 
 # two sites of one 8-GPU node each, tp 4, four layers: 42 outers with plans beyond Megatron's, 30
@@ -40,7 +41,7 @@ def _split_grid(ch, cut: float):
     """(kept, store) of _split_bound at `cut`: each open choice's kept groups."""
     store, kept = {}, {x: [0] for x in ch.keys}
     for x in ch.open:
-        for j, c in ch._kept_groups(x, cut):
+        for j, c in kept_groups(ch, x, cut):
             store[x[0], x[1], j + 1] = c
             kept[x].append(j + 1)
     return kept, store

@@ -25,6 +25,7 @@ from test_partitions_lazy import OPTIONS  # noqa: E402
 from test_plan_sync import CASES, two_sites  # noqa: E402
 from test_partitions_lazy import TINY2  # noqa: E402
 
+from oracles.bounds import least_sync_s  # noqa: E402
 from paraplan.cost.class_coefficients import _ring_link, class_outers  # noqa: E402
 from paraplan.cost.comm import NetEfficiency  # noqa: E402
 from paraplan.cost.readers.instance import instance_from_mapping  # noqa: E402
@@ -80,8 +81,8 @@ def test_shared_memo_reads_what_each_outer_reads_alone(case):
     shared, by_classes = {}, {}  # memos keyed by the ring's shape and by the classes' shapes
     net = NetEfficiency()
     for o in outers:
-        got = plan_sync.least_sync_s(inst, o, 0, shared)
-        assert got == plan_sync.least_sync_s(inst, o, 0, {})
+        got = least_sync_s(inst, o, 0, shared)
+        assert got == least_sync_s(inst, o, 0, {})
         # the floors per (class, group) keyed by the classes' shapes (no ring given)
         for co, c in zip(class_outers(inst.job, o), o.classes):
             for g in set(c.stage_groups):

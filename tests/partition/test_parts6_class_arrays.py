@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 from test_partitions_lazy import OPTIONS, _choices_of, tiny2  # noqa: E402
 from test_plan_sync import two_sites  # noqa: E402
 
+from oracles.class_partitions import kept_groups  # noqa: E402
 from paraplan.solver.class_partitions import _MEMORY  # noqa: E402
 
 TIMES = ("stage_time_s", "layer_time_s", "recompute_time_s", "stage_sync_time_s", "layer_sync_time_s")
@@ -55,7 +56,7 @@ def test_class_arrays_are_the_whole_gathers_masked():
             ch.optimistic_bound()
             store, kept = {}, {x: [0] for x in ch.keys}
             for x in ch.open:
-                for j, c in ch._kept_groups(x, math.inf):
+                for j, c in kept_groups(ch, x, math.inf):
                     store[x[0], x[1], j + 1] = c
                     kept[x].append(j + 1)
             for k in range(len(o.classes)):

@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 from test_parts4_sync_keys import CASES, IDS, _outers  # noqa: E402
 
+from oracles.bounds import least_sync_s  # noqa: E402
 from paraplan.cost.class_coefficients import class_outers  # noqa: E402
 from paraplan.cost.comm import NetEfficiency  # noqa: E402
 from paraplan.solver.bounds import plan_sync  # noqa: E402
@@ -44,7 +45,7 @@ def test_least_sync_is_the_direct_reading(case):
     memo: dict = {}
     dropped = classes = 0
     for o in outers:
-        got = plan_sync.least_sync_s(inst, o, 0, memo)
+        got = least_sync_s(inst, o, 0, memo)
         assert got == _direct(inst, o, 0), o
         classes += len(o.classes)
         # planted fault: the last class left out is caught on some outer

@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 from test_partitions_lazy import OPTIONS, _choices_of, tiny2  # noqa: E402
 from test_plan_sync import two_sites  # noqa: E402
+from oracles.class_partitions import class_kept_groups  # noqa: E402
 
 
 def _terms_alone(ch, k, g, coeffs):
@@ -94,7 +95,7 @@ def test_bounded_many_reads_each_row_as_it_reads_alone():
                     for (g, coeffs), y in zip(batch, got):
                         assert y.tolist() == _bounded_alone(ch, k, g, coeffs, cut).tolist()
                     # the kept groups: the same positions and the very coefficients read alone
-                    together = ch._class_kept_groups(k, xs, cut)
+                    together = class_kept_groups(ch, k, xs, cut)
                     for x in xs:
                         want = _kept_alone(ch, x, cut)
                         assert [(j, id(c)) for j, c in together[x]] == [(j, id(c)) for j, c in want]

@@ -14,6 +14,7 @@ import pytest
 
 from agreement_support import assert_backends_agree_with_exhaustive
 from partition_support import small_instance
+from oracles.class_partitions import expand_all
 from paraplan.cost.releases import Framework
 from paraplan.cost.specs import Cluster
 from paraplan.cost.specs import Link, Mlp, SearchSpace, ZeroBubble
@@ -88,5 +89,5 @@ def test_every_layer_plan_bound_is_below_its_optimum(seed):
     res = SolveResult(status="", plan=None, objective="nominal", objective_s=None, bound_s=None,
                       solve_time_s=0.0, backend="dp", outer_configs=0, plans_total=0)
     node = _layer_plans(ci, o, i, "nominal", {}, False, res)
-    bounds = [lb for lb, _, _, _ in node.choices.expand_all(float("inf")).candidates]
+    bounds = [lb for lb, _, _, _ in expand_all(node.choices, float("inf")).candidates]
     assert node.key[0] <= best.iter_time_s and min(bounds) <= best.iter_time_s

@@ -24,13 +24,14 @@ import pytest
 import ortools.sat.python.cp_model  # noqa: F401  (import once, outside the timed runs: OR-Tools takes ~1 s;
 import pulp  # noqa: F401                  the formulations import them where they solve)
 from randinst import random_instance
+from oracles.space import one_group_plans_total
 from paraplan.cost.specs import Cluster, Instance
 from paraplan.solver.bounds.unpriced import floor_bounds_s
 from paraplan.solver.commands import cli
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import OPTIMAL
-from paraplan.solver.space import declared_outers, one_group_plans_total
+from paraplan.solver.space import declared_outers
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "instances" / "tiny-gpt-8xA100.yaml")

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from agreement_support import assert_backends_agree_with_exhaustive, small_seeds
 from randinst import random_cluster_instance, random_instance
+from oracles.bounds import max_layers_per_stage
 
 from paraplan.cost.specs import Cluster, Instance
 from paraplan.cost.simulate import simulate
@@ -329,8 +330,8 @@ def test_layer_caps_hold_a_peak_equal_to_the_capacity(seeds):
                 peak = schedule.stage_mem_bytes(c, nn, nn)
                 at = replace(c, capacity_bytes=peak)
                 below = replace(c, capacity_bytes=np.nextafter(peak, -np.inf))
-                assert (one_class.max_layers_per_stage(at) == n).all(), (seed, n)
-                assert (one_class.max_layers_per_stage(below) == n - 1).all(), (seed, n)
+                assert (max_layers_per_stage(at) == n).all(), (seed, n)
+                assert (max_layers_per_stage(below) == n - 1).all(), (seed, n)
                 # the tight bound and the infeasibility proof see the split of n per stage
                 assert one_class.memory_infeasible(at) == (n * c.pp < c.layers), (seed, n)
                 if n * c.pp == c.layers:

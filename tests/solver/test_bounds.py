@@ -10,12 +10,12 @@ from itertools import islice
 import numpy as np
 import pytest
 
+from oracles.space import one_group_plans_total
 from paraplan.cost.coefficients import build
 from agreement_support import brute_optimum
 from randinst import random_instance
 from paraplan.solver.bounds import one_class
 from paraplan.solver.space import one_group_outers as outer_configs
-from paraplan.solver.space import one_group_plans_total
 
 
 N_SEEDS = 40

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from oracles.cost import quantile_factor
 from paraplan.cost.errors import InstanceError
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.objective import DEFAULT_OBJECTIVE, parse_objective
 from paraplan.cost.simulate import simulate
 from paraplan.cost.trust import (MIN_POOL_ROWS, Features, Residual, band_pool, distance_level, objective_factor,
-                                 quantile_factor, trust_for)
+                                 trust_for)
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.commands.cli import main
 from paraplan.solver.exhaustive import exhaustive

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from oracles.space import one_group_plans_total
 from paraplan.cost.readers.instance import load_instance
 from paraplan.cost.simulate import simulate
 from paraplan.cost.specs import Cluster, GpuSpec, Instance
 from paraplan.solver.exhaustive import exhaustive
 from paraplan.solver.solve import solve as plan
 from paraplan.solver.planner import INFEASIBLE, OPTIMAL
-from paraplan.solver.space import one_group_plans_total
 from randinst import random_instance
 
 ROOT = Path(__file__).resolve().parents[2]

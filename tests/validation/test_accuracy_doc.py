@@ -11,7 +11,8 @@ import pytest
 
 from paraplan.cost.docs import accuracy as accuracy_doc
 from paraplan.cost.crossval import load_stored
-from paraplan.cost.docs.regions import region, regions
+from oracles.cost import regions
+from paraplan.cost.docs.regions import region
 from paraplan.cost.trust import published_residuals
 
 ROOT = Path(__file__).resolve().parents[2]

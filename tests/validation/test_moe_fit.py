@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from oracles.cost import log_error
 from paraplan.cost import moe_anchors, moe_fit, moe_params
 from paraplan.cost.moe_anchors import price, priced_rows
 from paraplan.cost.moe_params import FITTED, RANGES, MoeParams
@@ -170,7 +171,7 @@ def test_the_grid_reads_the_same_log_errors_as_the_full_price():
         for p in points:
             with moe_params.using(p):
                 got.append(light())
-                assert got[-1] == moe_fit._log_error(full()), (row["id"], p)
+                assert got[-1] == log_error(full()), (row["id"], p)
         moved += len(set(got)) > 1
     assert moved >= 20  # not vacuous: most rows' errors move over the grid
 
