@@ -616,38 +616,36 @@ def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_g
     reads each row alone, so every block's rows are priced in one call."""
     n = len(idx)
     table = _MoeRows.of(memo, idx)
-    ids, counts, x, lo, M, vv, owners = [], [], [], [], [], [], []
+    ids, cols, owners = [], [], []  # per (block, v) its rows and (x, lo, M, v); per block its own
     for b, place, e, l_, factors, vs, replicas, batches in fresh:
-        by_kind = table.block_rows(inst, b, vs, place, e, l_, memo)
+        one, inter = table.block_rows(inst, b, vs, place, e, l_, memo)
         pp = float(len(b.classes[0].stage_groups))
         for v in vs:
-            rows = by_kind[v > 1]
-            ids.append(rows)
-            counts.append(len(rows))
-            x.append(replicas)
-            M.append(batches)
-            lo.append(pp if v > 1 else 1.0)
-            vv.append(float(v))
+            if v > 1:
+                ids.append(inter)
+                cols.append((replicas, pp, batches, v))
+            else:
+                ids.append(one)
+                cols.append((replicas, 1.0, batches, v))
         owners.append((b, factors, vs))
     if not owners:
         return
     A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
-    counts = np.array(counts, np.int64)
+    counts = np.fromiter(map(len, ids), np.int64, len(ids))
     at = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
+    cols = np.repeat(np.array(cols, float), counts, axis=0)  # per row of each (block, v)
     rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
-                    *(np.repeat(np.array(col, float), counts)[:, None, None] for col in (x, lo, M, vv)), False)
+                    *(cols[:, j, None, None] for j in range(4)), False)
     least = np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0)  # per (block, v)
     kept_rows = memo.get(("stage rows",))
     if kept_rows is None:
         kept_rows = memo["stage rows",] = IdentityCache(math.inf)
-    zero = np.zeros(n)
+    zero, key_idx = np.zeros(n), tuple(idx)
     k = 0
     for b, factors, vs in owners:
-        pv = {}
-        for v in vs:
-            pv[v] = (least[k], zero)
-            k += 1
-        kept_rows.put((id(b), tuple(idx)), b, ((None, None, factors, pv, None, None), math.inf))
+        pv = {v: (least[k + j], zero) for j, v in enumerate(vs)}
+        k += len(vs)
+        kept_rows.put((id(b), key_idx), b, ((None, None, factors, pv, None, None), math.inf))
 
 
 @dataclass
@@ -690,10 +688,12 @@ class _MoeRows:
             kinds = [(self.reads_ids.setdefault(reads, len(self.reads_ids)), reads) for _, reads in _moe_kinds(b, vs)]
             got = self.kinds[kk] = (kinds, len(self.kinds), b.layouts)
         kinds, kind_id = got[0], got[1]
-        site = (c.stage_groups, b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
-        # keyed by site first, so that a block hashes its site (its stage groups: up to pp of
-        # them) once, not once per row (DeepSeek-V3 on 2,048 H800 with idle GPUs: 102,806
+        # the stage groups by their place's array (stage_bound_rows' `places`, kept in `memo`
+        # as this table is: one per stage-group tuple, alive while the table is), so that a
+        # block hashes an int, not its up to pp groups; keyed by site first, so that it does
+        # that once, not once per row (DeepSeek-V3 on 2,048 H800 with idle GPUs: 102,806
         # blocks, about ten rows each)
+        site = (id(place[1]), b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
         at_site = self.blocks.get(site)
         if at_site is None:
             at_site = self.blocks[site] = ({}, {})  # (kinds' int -> rows by kind, reads' int -> row)
@@ -787,11 +787,76 @@ def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int
     pps = np.array(pps, np.int64)
     for pp in dict.fromkeys(pps.tolist()):
         sel = np.flatnonzero(pps == pp)
-        t = np.repeat(m[sel].reshape(-1, 1), pp, axis=1)
+        A[rows[sel]] = _one_group_split_max(a0[sel].reshape(-1), h[sel].reshape(-1), m[sel].reshape(-1),
+                                            pp, L).reshape(len(sel), n)
+
+
+def _one_group_split_max(a0: np.ndarray, h: np.ndarray, m: np.ndarray, pp: int, L: int) -> np.ndarray:
+    """Per entry, min over integer splits n_s >= 1 (sum L) of max_s (a_s + n_s m), a = (a_0, 0,
+    ..., 0, h) (a_0 + h on one stage), pp stages of one floor m: the floats of
+    (a + balanced_splits(a, t, L) * t).max(axis=1) with t = m on every stage (_one_group_rows),
+    without splitting. Why the same floats: balanced_splits gives each stage its first value
+    a_s + m and then the `extra` = L - pp smallest of the values a_s + k m (k = 2 .. extra + 1,
+    these float expressions, each stage's non-decreasing in k), those below theta, the
+    extra-th smallest, and some equal to it (at least one: fewer than extra lie below it). So
+    the largest a_s + n_s m it keeps is max(max_s (a_s + m), theta), and theta is read here from
+    the three sequences the stages take (the pp - 2 middle stages' k m, a_0 + k m, h + k m):
+    per sequence the least k whose value has at least `extra` values at or below it (a binary
+    search: that count grows with the value), theta the least of those values. Entries whose
+    floors are not finite and positive are split by balanced_splits itself."""
+    if pp == 1:
+        seqs = [(h + a0, 1)]  # (a_s, stages taking it), as _one_group_rows adds them: (0 + h) + a_0
+    else:
+        seqs = [(a0, 1), (np.zeros_like(m), pp - 2), (h, 1)] if pp > 2 else [(a0, 1), (h, 1)]
+    first = np.max([a + m for a, _ in seqs], axis=0)
+    extra = L - pp
+    if extra <= 0:
+        return first
+    plain = np.isfinite(m) & (m > 0) & np.isfinite(a0) & np.isfinite(h)
+    out = np.empty_like(m)
+    if not plain.all():  # as balanced_splits splits them
+        t = np.repeat(m[~plain, None], pp, axis=1)
         a = np.zeros_like(t)
-        a[:, -1] += h[sel].reshape(-1)
-        a[:, 0] += a0[sel].reshape(-1)
-        A[rows[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+        a[:, -1] += h[~plain]
+        a[:, 0] += a0[~plain]
+        out[~plain] = (a + balanced_splits(a, t, L) * t).max(axis=1)
+    if plain.any():
+        m, first = m[plain], first[plain]
+        seqs = [(a[plain], w) for a, w in seqs if w]
+        theta = np.min([_least_value_reaching(a, m, seqs, extra) for a, _ in seqs], axis=0)
+        out[plain] = np.maximum(first, theta)
+    return out
+
+
+def _least_value_reaching(a: np.ndarray, m: np.ndarray, seqs: list, extra: int) -> np.ndarray:
+    """Per entry, the least value a + k m (k = 2 .. extra + 1) at or below which `seqs` (per
+    sequence its a and the stages taking it) hold at least `extra` values of theirs (k = 2 ..
+    extra + 1): a binary search on k (the count grows with k; at k = extra + 1 it is at least
+    extra, this sequence's own values)."""
+    lo = np.full(m.shape, 2.0)  # the least k, where the count may already reach extra
+    hi = np.full(m.shape, extra + 1.0)  # a k whose value reaches it
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return a + hi * m
+        mid = np.floor((lo + hi) / 2)
+        level = a + mid * m
+        enough = sum(w * _values_at_or_below(b, m, extra, level) for b, w in seqs) >= extra
+        hi = np.where(open_ & enough, mid, hi)
+        lo = np.where(open_ & ~enough, mid + 1, lo)
+
+
+def _values_at_or_below(a: np.ndarray, m: np.ndarray, extra: int, level: np.ndarray) -> np.ndarray:
+    """Per entry, how many of a + k m (k = 2 .. extra + 1, this float expression, m > 0) are <=
+    level: the quotient's guess, corrected until the k found is the last at or below it (the
+    values grow with k, so the count is exact)."""
+    k = np.clip(np.floor((level - a) / m), 1.0, extra + 1.0)  # the last k at or below level, or 1
+    while True:
+        up = (k < extra + 1) & (a + (k + 1) * m <= level)
+        down = (k >= 2) & (a + k * m > level)
+        if not (up.any() or down.any()):
+            return k - 1
+        k = k + up - down
 
 
 def _group_terms(inst, b, i: int, g: int, reads: tuple, per_group: dict, layer_plans: bool, memo: dict) -> tuple:
