@@ -95,7 +95,7 @@ from paraplan.solver.bounds.order_free import OrderFree
 from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
-from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
+from paraplan.solver.bounds.layouts import moe_partial_bounds_s, partial_bounds_s, representative_key
 from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, StageFamily, stage_families
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
                                    partial_rank, replica_partial, stage_partial,
@@ -905,7 +905,10 @@ class _Partials:
                                                         defer_options=lazy_options)
         memo: dict = {}
         per_block: dict = {}
-        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block)
+        # an MoE model's layouts are bounded once, here (read_syncs reads none; no family is
+        # deferred): its blocks' terms are not kept for a later call (layouts.moe_partial_bounds_s)
+        bounds = (moe_partial_bounds_s if inst.model.moe is not None else partial_bounds_s)(
+            inst, partials, idx, agg, weights, memo, per_block)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
         out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block, {},
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)

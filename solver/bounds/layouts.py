@@ -614,10 +614,32 @@ def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_g
     (DeepSeek-V3 on 2,048 H800 with idle GPUs: a pp = 1 block at 7.0 s, its least floor
     81 s; the search listed 222,065 configurations, 30,366 read per layout). relaxed_s
     reads each row alone, so every block's rows are priced in one call."""
+    least, owners = _moe_least(inst, memo, idx, [(x[0], x[1], x[2], x[3], x[5], x[6], x[7]) for x in fresh], L,
+                               per_group, layer_plans)
+    if not owners:
+        return
+    kept_rows = memo.get(("stage rows",))
+    if kept_rows is None:
+        kept_rows = memo["stage rows",] = IdentityCache(math.inf)
+    zero, key_idx = np.zeros(len(idx)), tuple(idx)
+    k = 0
+    for (b, vs), fr in zip(owners, fresh):
+        pv = {v: (least[k + j], zero) for j, v in enumerate(vs)}
+        k += len(vs)
+        kept_rows.put((id(b), key_idx), b, ((None, None, fr[4], pv, None, None), math.inf))
+
+
+def _moe_least(inst, memo: dict, idx: list[int], items: list, L: int, per_group: dict,
+               layer_plans: bool) -> tuple[np.ndarray, list]:
+    """(per (block, v), in the order of `items` and each block's v values: relaxed_s of the
+    least over the block's expert layouts of that layout's A and S, (scenarios,) each; per
+    block (block, v values)) of MoE blocks `items` (each (block, its groups' place, e, l,
+    v values, replicas, micro-batches)): _moe_keep_terms' reading, shared with
+    moe_partial_bounds_s."""
     n = len(idx)
     table = _MoeRows.of(memo, idx)
     ids, cols, owners = [], [], []  # per (block, v) its rows and (x, lo, M, v); per block its own
-    for b, place, e, l_, factors, vs, replicas, batches in fresh:
+    for b, place, e, l_, vs, replicas, batches in items:
         one, inter = table.block_rows(inst, b, vs, place, e, l_, memo)
         pp = float(len(b.classes[0].stage_groups))
         for v in vs:
@@ -627,25 +649,79 @@ def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_g
             else:
                 ids.append(one)
                 cols.append((replicas, 1.0, batches, v))
-        owners.append((b, factors, vs))
+        owners.append((b, vs))
     if not owners:
-        return
+        return np.zeros((0, n)), owners
     A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
     counts = np.fromiter(map(len, ids), np.int64, len(ids))
     at = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
     cols = np.repeat(np.array(cols, float), counts, axis=0)  # per row of each (block, v)
     rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
                     *(cols[:, j, None, None] for j in range(4)), False)
-    least = np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0)  # per (block, v)
-    kept_rows = memo.get(("stage rows",))
-    if kept_rows is None:
-        kept_rows = memo["stage rows",] = IdentityCache(math.inf)
-    zero, key_idx = np.zeros(n), tuple(idx)
-    k = 0
-    for b, factors, vs in owners:
-        pv = {v: (least[k + j], zero) for j, v in enumerate(vs)}
-        k += len(vs)
-        kept_rows.put((id(b), key_idx), b, ((None, None, factors, pv, None, None), math.inf))
+    return np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0), owners
+
+
+def moe_partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights, memo: dict,
+                         per_block: dict) -> np.ndarray:
+    """partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block) of an MoE model's
+    partial layouts (no syncs, no bar: search._Partials.of), the same floats, without keeping
+    each stage-wise block's terms for a later call (_moe_keep_terms: an MoE model's layouts
+    are bounded once, all at set-up) and without reading them back (_plain_bounds): the
+    stage-wise blocks' bounds are _moe_stage_bounds', the others' partial_bounds_s' own."""
+    out = np.full(len(partials), np.inf)
+    others = [i for i, part in enumerate(partials) if part.dp is None]
+    if others:
+        out[others] = partial_bounds_s(inst, [partials[i] for i in others], idx, agg, weights, memo)
+    rows, owner = [], []
+    for i, part in enumerate(partials):
+        if part.dp is not None:
+            for _, blks in part.reps:
+                rows += blks
+                owner += [i] * len(blks)
+    if rows:
+        rb = _moe_stage_bounds(inst, rows, idx, agg, weights, memo)
+        np.minimum.at(out, np.array(owner, np.int64), rb)
+        per_block.update(zip([representative_key(i, blk) for i, blk in zip(owner, rows)], rb.tolist()))
+    return out
+
+
+def _moe_stage_bounds(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict) -> np.ndarray:
+    """stage_bound_rows(inst, blocks, idx, agg, weights, memo) of an MoE model's stage-wise
+    blocks, the same floats (its MoE reading: _moe_least per (block, v), then _plain_bounds'
+    least over v, aggregated over scenarios per pp in the order the blocks first take each pp
+    (a weighted sum's dot product on the same rows as _plain_bounds', so the same floats),
+    times the least quantile factor of the block's ZeRO stages); inf for a block of no
+    configuration."""
+    out = np.full(len(blocks), np.inf)
+    factors_of = _factor_memo(inst, memo)
+    _, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
+    gb = inst.job.global_batch
+    items, live, factor = [], [], []
+    by_pp: dict[int, list[int]] = {}  # pp -> places in `live`, in the order of the blocks
+    for bi, b in enumerate(blocks):
+        ty = b.tally
+        if ty.first is None:
+            continue
+        c = b.classes[0]
+        place, (e, l_, vs, _, _) = _place_and_slots(places, slot_terms, c.stage_groups, ty.vslots)
+        items.append((b, place, e, l_, vs, c.replicas, gb // b.micro_batch))
+        by_pp.setdefault(len(c.stage_groups), []).append(len(live))
+        live.append(bi)
+        factor.append(min(factors_of(b).values()))
+    if not live:
+        return out
+    least, owners = _moe_least(inst, memo, idx, items, inst.model.layers, per_group, partitions_enabled(inst))
+    nv = np.array([len(vs) for _, vs in owners], np.int64)  # >= 1: a block with a first spec has a v
+    best = np.minimum.reduceat(least, np.cumsum(nv) - nv, axis=0)  # per block, the least over its v
+    order = np.array([k for ks in by_pp.values() for k in ks], np.int64)
+    best = best[order]
+    if agg == "max":
+        agg_b = best.max(-1)
+    else:  # per pp, each a contiguous run of rows
+        cuts = np.cumsum([len(ks) for ks in by_pp.values()])[:-1]
+        agg_b = np.concatenate([rows @ np.asarray(weights, float) for rows in np.split(best, cuts)])
+    out[np.array(live, np.int64)[order]] = agg_b * np.array(factor)[order]
+    return out
 
 
 @dataclass
