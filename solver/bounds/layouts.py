@@ -753,15 +753,18 @@ class _MoeRows:
     def block_rows(self, inst, b, vs: tuple, place: tuple, e: int, l_: int, memo: dict) -> tuple:
         """(row indices of v = 1, of interleaved v) of block b's expert layouts, lists (an array
         each was a tenth of the MoE set-up's CPU)."""
-        ty, c = b.tally, b.classes[0]
+        ty, groups = b.tally, b.classes[0].stage_groups
         # _moe_kinds reads the block's layouts (one dict per layout's invariants, held here),
         # the first spec's, its sp flags, its v values and whether it pipelines
-        kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, c.pp > 1)
+        kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, len(groups) > 1)
         got = self.kinds.get(kk)
         if got is None:
             # each kind's reads as an int (equal reads, equal ints), so that the rows of a site
-            # are looked up by ints, not by nested tuples; the kinds' own int keys their blocks
-            kinds = [(self.reads_ids.setdefault(reads, len(self.reads_ids)), reads) for _, reads in _moe_kinds(b, vs)]
+            # are looked up by ints, not by nested tuples, those of v = 1 apart from the
+            # interleaved (_moe_kinds lists them in that order); the kinds' own int keys their blocks
+            kinds: tuple = ([], [])
+            for _, reads in _moe_kinds(b, vs):
+                kinds[reads[1][0] > 1].append((self.reads_ids.setdefault(reads, len(self.reads_ids)), reads))
             got = self.kinds[kk] = (kinds, len(self.kinds), b.layouts)
         kinds, kind_id = got[0], got[1]
         # the stage groups by their place's array (stage_bound_rows' `places`, kept in `memo`
@@ -775,16 +778,17 @@ class _MoeRows:
             at_site = self.blocks[site] = ({}, {})  # (kinds' int -> rows by kind, reads' int -> row)
         out = at_site[0].get(kind_id)
         if out is None:
-            out = {False: [], True: []}
-            rows = at_site[1]
-            for rid, reads in kinds:
-                r = rows.get(rid)
-                if r is None:
-                    r = rows[rid] = self.count
-                    self.count += 1
-                    self.pending.append((b, place, reads, e, l_))
-                out[reads[1][0] > 1].append(r)
-            out = at_site[0][kind_id] = (out[False], out[True])
+            rows, count, pending = at_site[1], self.count, self.pending
+            out = ([], [])
+            for of_kind, ids in zip(kinds, out):
+                for rid, reads in of_kind:
+                    r = rows.setdefault(rid, count)  # a new row takes the next index
+                    if r == count:
+                        count += 1
+                        pending.append((b, place, reads, e, l_))
+                    ids.append(r)
+            self.count = count
+            at_site[0][kind_id] = out
         return out
 
     def terms(self, inst, idx: list[int], L: int, per_group: dict, layer_plans: bool,
