@@ -857,7 +857,8 @@ def _defers_stage(inst: Instance, families, groups) -> bool:
 @dataclass
 class _Partials:
     """The declared space as partial layouts (solver/space.declared_partials), each bounded
-    before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives),
+    before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives; an MoE
+    model's by layouts.moe_partial_bounds_s, the same floats),
     with the space's summary read from the representatives. Where the search defers the stage
     family across groups (_defers_stage), its stage families (solver/bounds/stage_families.py)
     are bounded here and their partial layouts appended as the search opens each (open_family);
