@@ -614,40 +614,114 @@ def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_g
     (DeepSeek-V3 on 2,048 H800 with idle GPUs: a pp = 1 block at 7.0 s, its least floor
     81 s; the search listed 222,065 configurations, 30,366 read per layout). relaxed_s
     reads each row alone, so every block's rows are priced in one call."""
-    n = len(idx)
-    table = _MoeRows.of(memo, idx)
-    ids, counts, x, lo, M, vv, owners = [], [], [], [], [], [], []
-    for b, place, e, l_, factors, vs, replicas, batches in fresh:
-        by_kind = table.block_rows(inst, b, vs, place, e, l_, memo)
-        pp = float(len(b.classes[0].stage_groups))
-        for v in vs:
-            rows = by_kind[v > 1]
-            ids.append(rows)
-            counts.append(len(rows))
-            x.append(replicas)
-            M.append(batches)
-            lo.append(pp if v > 1 else 1.0)
-            vv.append(float(v))
-        owners.append((b, factors, vs))
+    least, owners = _moe_least(inst, memo, idx, [(x[0], x[1], x[2], x[3], x[5], x[6], x[7]) for x in fresh], L,
+                               per_group, layer_plans)
     if not owners:
         return
-    A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
-    counts = np.array(counts, np.int64)
-    at = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
-    rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
-                    *(np.repeat(np.array(col, float), counts)[:, None, None] for col in (x, lo, M, vv)), False)
-    least = np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0)  # per (block, v)
     kept_rows = memo.get(("stage rows",))
     if kept_rows is None:
         kept_rows = memo["stage rows",] = IdentityCache(math.inf)
-    zero = np.zeros(n)
+    zero, key_idx = np.zeros(len(idx)), tuple(idx)
     k = 0
-    for b, factors, vs in owners:
-        pv = {}
+    for (b, vs), fr in zip(owners, fresh):
+        pv = {v: (least[k + j], zero) for j, v in enumerate(vs)}
+        k += len(vs)
+        kept_rows.put((id(b), key_idx), b, ((None, None, fr[4], pv, None, None), math.inf))
+
+
+def _moe_least(inst, memo: dict, idx: list[int], items: list, L: int, per_group: dict,
+               layer_plans: bool) -> tuple[np.ndarray, list]:
+    """(per (block, v), in the order of `items` and each block's v values: relaxed_s of the
+    least over the block's expert layouts of that layout's A and S, (scenarios,) each; per
+    block (block, v values)) of MoE blocks `items` (each (block, its groups' place, e, l,
+    v values, replicas, micro-batches)): _moe_keep_terms' reading, shared with
+    moe_partial_bounds_s."""
+    n = len(idx)
+    table = _MoeRows.of(memo, idx)
+    ids, cols, owners = [], [], []  # per (block, v) its rows and (x, lo, M, v); per block its own
+    for b, place, e, l_, vs, replicas, batches in items:
+        one, inter = table.block_rows(inst, b, vs, place, e, l_, memo)
+        pp = float(len(b.classes[0].stage_groups))
         for v in vs:
-            pv[v] = (least[k], zero)
-            k += 1
-        kept_rows.put((id(b), tuple(idx)), b, ((None, None, factors, pv, None, None), math.inf))
+            if v > 1:
+                ids.append(inter)
+                cols.append((replicas, pp, batches, v))
+            else:
+                ids.append(one)
+                cols.append((replicas, 1.0, batches, v))
+        owners.append((b, vs))
+    if not owners:
+        return np.zeros((0, n)), owners
+    A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
+    counts = np.fromiter(map(len, ids), np.int64, len(ids))
+    at = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
+    cols = np.repeat(np.array(cols, float), counts, axis=0)  # per row of each (block, v)
+    rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
+                    *(cols[:, j, None, None] for j in range(4)), False)
+    return np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0), owners
+
+
+def moe_partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights, memo: dict,
+                         per_block: dict) -> np.ndarray:
+    """partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block) of an MoE model's
+    partial layouts (no syncs, no bar: search._Partials.of), the same floats, without keeping
+    each stage-wise block's terms for a later call (_moe_keep_terms: an MoE model's layouts
+    are bounded once, all at set-up) and without reading them back (_plain_bounds): the
+    stage-wise blocks' bounds are _moe_stage_bounds', the others' partial_bounds_s' own."""
+    out = np.full(len(partials), np.inf)
+    others = [i for i, part in enumerate(partials) if part.dp is None]
+    if others:
+        out[others] = partial_bounds_s(inst, [partials[i] for i in others], idx, agg, weights, memo)
+    rows, owner = [], []
+    for i, part in enumerate(partials):
+        if part.dp is not None:
+            for _, blks in part.reps:
+                rows += blks
+                owner += [i] * len(blks)
+    if rows:
+        rb = _moe_stage_bounds(inst, rows, idx, agg, weights, memo)
+        np.minimum.at(out, np.array(owner, np.int64), rb)
+        per_block.update(zip([representative_key(i, blk) for i, blk in zip(owner, rows)], rb.tolist()))
+    return out
+
+
+def _moe_stage_bounds(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict) -> np.ndarray:
+    """stage_bound_rows(inst, blocks, idx, agg, weights, memo) of an MoE model's stage-wise
+    blocks, the same floats (its MoE reading: _moe_least per (block, v), then _plain_bounds'
+    least over v, aggregated over scenarios per pp in the order the blocks first take each pp
+    (a weighted sum's dot product on the same rows as _plain_bounds', so the same floats),
+    times the least quantile factor of the block's ZeRO stages); inf for a block of no
+    configuration."""
+    out = np.full(len(blocks), np.inf)
+    factors_of = _factor_memo(inst, memo)
+    _, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
+    gb = inst.job.global_batch
+    items, live, factor = [], [], []
+    by_pp: dict[int, list[int]] = {}  # pp -> places in `live`, in the order of the blocks
+    for bi, b in enumerate(blocks):
+        ty = b.tally
+        if ty.first is None:
+            continue
+        c = b.classes[0]
+        place, (e, l_, vs, _, _) = _place_and_slots(places, slot_terms, c.stage_groups, ty.vslots)
+        items.append((b, place, e, l_, vs, c.replicas, gb // b.micro_batch))
+        by_pp.setdefault(len(c.stage_groups), []).append(len(live))
+        live.append(bi)
+        factor.append(min(factors_of(b).values()))
+    if not live:
+        return out
+    least, owners = _moe_least(inst, memo, idx, items, inst.model.layers, per_group, partitions_enabled(inst))
+    nv = np.array([len(vs) for _, vs in owners], np.int64)  # >= 1: a block with a first spec has a v
+    best = np.minimum.reduceat(least, np.cumsum(nv) - nv, axis=0)  # per block, the least over its v
+    order = np.array([k for ks in by_pp.values() for k in ks], np.int64)
+    best = best[order]
+    if agg == "max":
+        agg_b = best.max(-1)
+    else:  # per pp, each a contiguous run of rows
+        cuts = np.cumsum([len(ks) for ks in by_pp.values()])[:-1]
+        agg_b = np.concatenate([rows @ np.asarray(weights, float) for rows in np.split(best, cuts)])
+    out[np.array(live, np.int64)[order]] = agg_b * np.array(factor)[order]
+    return out
 
 
 @dataclass
@@ -679,36 +753,42 @@ class _MoeRows:
     def block_rows(self, inst, b, vs: tuple, place: tuple, e: int, l_: int, memo: dict) -> tuple:
         """(row indices of v = 1, of interleaved v) of block b's expert layouts, lists (an array
         each was a tenth of the MoE set-up's CPU)."""
-        ty, c = b.tally, b.classes[0]
+        ty, groups = b.tally, b.classes[0].stage_groups
         # _moe_kinds reads the block's layouts (one dict per layout's invariants, held here),
         # the first spec's, its sp flags, its v values and whether it pipelines
-        kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, c.pp > 1)
+        kk = (id(b.layouts), ty.first[4:6], ty.sps, vs, len(groups) > 1)
         got = self.kinds.get(kk)
         if got is None:
             # each kind's reads as an int (equal reads, equal ints), so that the rows of a site
-            # are looked up by ints, not by nested tuples; the kinds' own int keys their blocks
-            kinds = [(self.reads_ids.setdefault(reads, len(self.reads_ids)), reads) for _, reads in _moe_kinds(b, vs)]
+            # are looked up by ints, not by nested tuples, those of v = 1 apart from the
+            # interleaved (_moe_kinds lists them in that order); the kinds' own int keys their blocks
+            kinds: tuple = ([], [])
+            for _, reads in _moe_kinds(b, vs):
+                kinds[reads[1][0] > 1].append((self.reads_ids.setdefault(reads, len(self.reads_ids)), reads))
             got = self.kinds[kk] = (kinds, len(self.kinds), b.layouts)
         kinds, kind_id = got[0], got[1]
-        site = (c.stage_groups, b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
-        # keyed by site first, so that a block hashes its site (its stage groups: up to pp of
-        # them) once, not once per row (DeepSeek-V3 on 2,048 H800 with idle GPUs: 102,806
+        # the stage groups by their place's array (stage_bound_rows' `places`, kept in `memo`
+        # as this table is: one per stage-group tuple, alive while the table is), so that a
+        # block hashes an int, not its up to pp groups; keyed by site first, so that it does
+        # that once, not once per row (DeepSeek-V3 on 2,048 H800 with idle GPUs: 102,806
         # blocks, about ten rows each)
+        site = (id(place[1]), b.group_tp, b.tp, b.cp, b.micro_batch, ty.sps, b.recompute, e, l_)
         at_site = self.blocks.get(site)
         if at_site is None:
             at_site = self.blocks[site] = ({}, {})  # (kinds' int -> rows by kind, reads' int -> row)
         out = at_site[0].get(kind_id)
         if out is None:
-            out = {False: [], True: []}
-            rows = at_site[1]
-            for rid, reads in kinds:
-                r = rows.get(rid)
-                if r is None:
-                    r = rows[rid] = self.count
-                    self.count += 1
-                    self.pending.append((b, place, reads, e, l_))
-                out[reads[1][0] > 1].append(r)
-            out = at_site[0][kind_id] = (out[False], out[True])
+            rows, count, pending = at_site[1], self.count, self.pending
+            out = ([], [])
+            for of_kind, ids in zip(kinds, out):
+                for rid, reads in of_kind:
+                    r = rows.setdefault(rid, count)  # a new row takes the next index
+                    if r == count:
+                        count += 1
+                        pending.append((b, place, reads, e, l_))
+                    ids.append(r)
+            self.count = count
+            at_site[0][kind_id] = out
         return out
 
     def terms(self, inst, idx: list[int], L: int, per_group: dict, layer_plans: bool,
@@ -787,11 +867,76 @@ def _one_group_rows(inst, idx: list[int], pending: list, rows: list[int], L: int
     pps = np.array(pps, np.int64)
     for pp in dict.fromkeys(pps.tolist()):
         sel = np.flatnonzero(pps == pp)
-        t = np.repeat(m[sel].reshape(-1, 1), pp, axis=1)
+        A[rows[sel]] = _one_group_split_max(a0[sel].reshape(-1), h[sel].reshape(-1), m[sel].reshape(-1),
+                                            pp, L).reshape(len(sel), n)
+
+
+def _one_group_split_max(a0: np.ndarray, h: np.ndarray, m: np.ndarray, pp: int, L: int) -> np.ndarray:
+    """Per entry, min over integer splits n_s >= 1 (sum L) of max_s (a_s + n_s m), a = (a_0, 0,
+    ..., 0, h) (a_0 + h on one stage), pp stages of one floor m: the floats of
+    (a + balanced_splits(a, t, L) * t).max(axis=1) with t = m on every stage (_one_group_rows),
+    without splitting. Why the same floats: balanced_splits gives each stage its first value
+    a_s + m and then the `extra` = L - pp smallest of the values a_s + k m (k = 2 .. extra + 1,
+    these float expressions, each stage's non-decreasing in k), those below theta, the
+    extra-th smallest, and some equal to it (at least one: fewer than extra lie below it). So
+    the largest a_s + n_s m it keeps is max(max_s (a_s + m), theta), and theta is read here from
+    the three sequences the stages take (the pp - 2 middle stages' k m, a_0 + k m, h + k m):
+    per sequence the least k whose value has at least `extra` values at or below it (a binary
+    search: that count grows with the value), theta the least of those values. Entries whose
+    floors are not finite and positive are split by balanced_splits itself."""
+    if pp == 1:
+        seqs = [(h + a0, 1)]  # (a_s, stages taking it), as _one_group_rows adds them: (0 + h) + a_0
+    else:
+        seqs = [(a0, 1), (np.zeros_like(m), pp - 2), (h, 1)] if pp > 2 else [(a0, 1), (h, 1)]
+    first = np.max([a + m for a, _ in seqs], axis=0)
+    extra = L - pp
+    if extra <= 0:
+        return first
+    plain = np.isfinite(m) & (m > 0) & np.isfinite(a0) & np.isfinite(h)
+    out = np.empty_like(m)
+    if not plain.all():  # as balanced_splits splits them
+        t = np.repeat(m[~plain, None], pp, axis=1)
         a = np.zeros_like(t)
-        a[:, -1] += h[sel].reshape(-1)
-        a[:, 0] += a0[sel].reshape(-1)
-        A[rows[sel]] = (a + balanced_splits(a, t, L) * t).max(axis=1).reshape(len(sel), n)
+        a[:, -1] += h[~plain]
+        a[:, 0] += a0[~plain]
+        out[~plain] = (a + balanced_splits(a, t, L) * t).max(axis=1)
+    if plain.any():
+        m, first = m[plain], first[plain]
+        seqs = [(a[plain], w) for a, w in seqs if w]
+        theta = np.min([_least_value_reaching(a, m, seqs, extra) for a, _ in seqs], axis=0)
+        out[plain] = np.maximum(first, theta)
+    return out
+
+
+def _least_value_reaching(a: np.ndarray, m: np.ndarray, seqs: list, extra: int) -> np.ndarray:
+    """Per entry, the least value a + k m (k = 2 .. extra + 1) at or below which `seqs` (per
+    sequence its a and the stages taking it) hold at least `extra` values of theirs (k = 2 ..
+    extra + 1): a binary search on k (the count grows with k; at k = extra + 1 it is at least
+    extra, this sequence's own values)."""
+    lo = np.full(m.shape, 2.0)  # the least k, where the count may already reach extra
+    hi = np.full(m.shape, extra + 1.0)  # a k whose value reaches it
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return a + hi * m
+        mid = np.floor((lo + hi) / 2)
+        level = a + mid * m
+        enough = sum(w * _values_at_or_below(b, m, extra, level) for b, w in seqs) >= extra
+        hi = np.where(open_ & enough, mid, hi)
+        lo = np.where(open_ & ~enough, mid + 1, lo)
+
+
+def _values_at_or_below(a: np.ndarray, m: np.ndarray, extra: int, level: np.ndarray) -> np.ndarray:
+    """Per entry, how many of a + k m (k = 2 .. extra + 1, this float expression, m > 0) are <=
+    level: the quotient's guess, corrected until the k found is the last at or below it (the
+    values grow with k, so the count is exact)."""
+    k = np.clip(np.floor((level - a) / m), 1.0, extra + 1.0)  # the last k at or below level, or 1
+    while True:
+        up = (k < extra + 1) & (a + (k + 1) * m <= level)
+        down = (k >= 2) & (a + k * m > level)
+        if not (up.any() or down.any()):
+            return k - 1
+        k = k + up - down
 
 
 def _group_terms(inst, b, i: int, g: int, reads: tuple, per_group: dict, layer_plans: bool, memo: dict) -> tuple:
