@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import replace
+from itertools import accumulate
 
 from paraplan.cost import coefficients, recompute_patterns, schedule
 from paraplan.cost.recompute_patterns import RecomputePattern
@@ -299,7 +300,7 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
     sums per block on its own stages (a padded listing would list the shallow pipelines' levels
     as often as the deepest's, and a sum's rounding reads its terms' count)."""
     rows = [len(c["stage_time_s"]) for c in blocks]
-    ends = np.cumsum(rows)
+    ends = list(accumulate(rows))
     if len(blocks) == 1:
         c, live = blocks[0], None
     else:
@@ -309,7 +310,6 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
     ncap, fits, pieces = _own_pieces(c, L, v, allow_full_recompute, live)
     safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
     d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
-    f_v = _piecewise(float(v), *pieces)
     a, slope1, knee, slope2 = pieces
     seg1 = np.maximum(np.minimum(knee, safe) - v, 0)  # (np.clip's floats, without its wrapper)
     seg2 = np.maximum(safe - np.maximum(knee, v), 0)
@@ -319,22 +319,25 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
     for block, end, n in zip(blocks, ends, rows):
         r = slice(end - n, end)
         pp = block["stage_time_s"].shape[1]
-        safe_, a_, d_, s1, g_, kn, s2, fv, sg1, sg2 = (
-            (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2) if live is None else
-            (x[r, :pp] for x in (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2)))
+        safe_, a_, d_, s1, g_, kn, s2, sg1, sg2 = (
+            (safe, a, d, slope1, g, knee, slope2, seg1, seg2) if live is None else
+            (x[r, :pp] for x in (safe, a, d, slope1, g, knee, slope2, seg1, seg2)))
         if padded is not None:
-            tau, delta = padded[0][r], padded[1][r]
+            tau, delta, fv = padded[0][r], padded[1][r], padded[2] if padded[2] is None else padded[2][r, :pp]
         else:  # tau* and delta* in one listing (rows stacked: each row's values are its own)
-            tau, delta = _levels(L, v, safe_, (a_, d_), (s1, g_), kn, s2)
+            tau, delta, fv = _levels(L, v, safe_, (a_, d_), (s1, g_), kn, s2)
+        if fv is None:  # (not listed: each stage's time at v layers read alone)
+            fv = _piecewise(float(v), a_, s1, kn, s2)
         sigma = _least_stage_sum(L, v, fv, s1, s2, sg1, sg2)
         out.append((tau + inf[r], sigma + inf[r], delta + inf[r], fits[r]))
     return out
 
 
 def _levels(L: int, v: int, safe, base: tuple, slope: tuple, knee, slope2, live=None) -> tuple:
-    """(tau*, delta*) unlowered by fits of rows with caps `safe`: _min_bottleneck of the stage
-    times (base[0], slope[0], knee, slope2) and of the syncs (base[1], slope[1], linear), the
-    two stacked in one listing (each row's values are its own)."""
+    """(tau*, delta*, at_v) unlowered by fits of rows with caps `safe`: _min_bottleneck of the
+    stage times (base[0], slope[0], knee, slope2) and of the syncs (base[1], slope[1], linear),
+    the two stacked in one listing (each row's values are its own); at_v, where listed here
+    (_listed_levels), each stage's time at v layers, else None."""
     g = slope[1]
     chunks = _listed_chunks(L, v, safe)
     if 2 * g.size * chunks <= BOTTLENECK_BLOCK_FLOATS:  # one block: listed here, in fewer steps
@@ -342,7 +345,7 @@ def _levels(L: int, v: int, safe, base: tuple, slope: tuple, knee, slope2, live=
     both = _min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack(base), np.vstack(slope),
                            np.vstack([knee, np.full_like(g, np.inf)]), np.vstack([slope2, g]),
                            None if live is None else np.vstack([live, live]))
-    return both[:len(g)], both[len(g):]
+    return both[:len(g)], both[len(g):], None
 
 
 def _listed_levels(L: int, v: int, chunks: int, safe, base: tuple, slope: tuple, knee, slope2, live) -> tuple:
@@ -351,7 +354,9 @@ def _listed_levels(L: int, v: int, chunks: int, safe, base: tuple, slope: tuple,
     calls on the three-type, two-site row, issue 33): the stage times listed by _piecewise into
     the first rows of one array and the syncs d + j v g into the rest (_piecewise with an inf
     knee: g min(n, inf) = g n, plus d, plus 0 past no knee, the same float), each stage capped,
-    nan read as inf, and the (L // v)-th smallest taken by one partition, as _min_bottleneck."""
+    nan read as inf, and the (L // v)-th smallest taken by one partition, as _min_bottleneck.
+    Also each stage's time at v layers (the first chunk's, before the caps): _piecewise's
+    elementwise floats at n = v, which tight_class_terms_of_blocks' sum reads."""
     rows, pp = safe.shape
     j = v * np.arange(1, chunks + 1, dtype=float)
     vals = np.empty((2 * rows, pp, chunks))
@@ -359,6 +364,7 @@ def _listed_levels(L: int, v: int, chunks: int, safe, base: tuple, slope: tuple,
         vals[:rows] = _piecewise(j, base[0][:, :, None], slope[0][:, :, None], knee[:, :, None], slope2[:, :, None])
         np.multiply(slope[1][:, :, None], j, out=vals[rows:])
         vals[rows:] += base[1][:, :, None]
+    at_v = vals[:rows, :, 0].copy()
     over = ~(j <= safe[:, :, None])
     vals[:rows][over] = np.inf
     vals[rows:][over] = np.inf
@@ -370,7 +376,7 @@ def _listed_levels(L: int, v: int, chunks: int, safe, base: tuple, slope: tuple,
     if live is not None:
         first = np.where(np.vstack([live, live]), first, -np.inf)
     both = np.maximum(kth, first.max(1)) * (1 - FLOAT_SAFETY)
-    return both[:rows], both[rows:]
+    return both[:rows], both[rows:], at_v
 
 
 def _padded_levels(L: int, v: int, live, safe, base: tuple, slope: tuple, knee, slope2) -> tuple | None:

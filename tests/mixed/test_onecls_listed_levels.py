@@ -66,9 +66,12 @@ def test_the_listing_gives_min_bottlenecks_floats():
     for L, v, safe, base, slope, knee, slope2, live in _cases(0):
         assert 2 * safe.size * one_class._listed_chunks(L, v, safe) <= one_class.BOTTLENECK_BLOCK_FLOATS
         want = _reference(L, v, safe, base, slope, knee, slope2, live)
-        for got in (_listed(L, v, safe, base, slope, knee, slope2, live),
-                    one_class._levels(L, v, safe, base, slope, knee, slope2, live)):
-            assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(got, want))
+        listed = _listed(L, v, safe, base, slope, knee, slope2, live)
+        for got in (listed, one_class._levels(L, v, safe, base, slope, knee, slope2, live)):
+            assert all(np.array_equal(x, y, equal_nan=True) for x, y in zip(got[:2], want))
+        # the stage times at v layers it reads on the way: _piecewise's at n = v
+        at_v = one_class._piecewise(float(v), base[0], slope[0], knee, slope2)
+        assert np.array_equal(listed[2], at_v, equal_nan=True)
         finite += int(np.isfinite(want[0]).sum() + np.isfinite(want[1]).sum())
         unfit += int(np.isinf(want[0]).sum() + np.isinf(want[1]).sum())
     assert finite > 200 and unfit > 50  # both readings occur
