@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import replace
+from itertools import accumulate
 
 from paraplan.cost import coefficients, recompute_patterns, schedule
 from paraplan.cost.recompute_patterns import RecomputePattern
@@ -138,7 +139,7 @@ def _piecewise(n, base, slope1, knee, slope2):
 
 def _listed_chunks(L: int, v: int, ncap) -> int:
     """The chunk counts _min_bottleneck lists per stage: up to the largest cap of any row."""
-    return max(1, int(np.nanmax(np.where(np.isfinite(ncap), ncap, L), initial=v)) // v)
+    return max(1, int(np.where(np.isfinite(ncap), ncap, L).max(initial=v)) // v)
 
 
 def _min_bottleneck(L: int, v: int, ncap, base, slope1, knee, slope2, live=None) -> np.ndarray:
@@ -257,8 +258,10 @@ def _own_pieces(c: dict, L: int, v: int, allow_full_recompute: bool, live=None):
     # the cap by cost.schedule.fits's own comparison (a float floor can come out one layer low
     # exactly at the edge); without full recompute a layer keeps its activations (ckpt = act)
     memory = (state, act, ckpt if allow_full_recompute else act, c["capacity_bytes"], c["stage_mem_bytes"])
-    if live is not None:  # padded rows: read as one row (the cap is read stage by stage), so
-        # that max_layers_per_stage keeps one entry, not each padded row (a loop over the rows)
+    if live is not None or len(state) == 1:  # padded rows: read as one row (the cap is read
+        # stage by stage), so that max_layers_per_stage keeps one entry, not each padded row (a
+        # loop over the rows); a lone row is read as one too, so that a row read before is
+        # found there (the three-type, two-site row: 121,768 rows, 25,164 distinct memories)
         memory = tuple(np.ravel(x) for x in memory)
     ncap = coefficients.max_layers_per_stage(*memory, v, L).astype(float).reshape(state.shape)
     if live is None:
@@ -270,9 +273,11 @@ def _own_pieces(c: dict, L: int, v: int, allow_full_recompute: bool, live=None):
         forced = allow_full_recompute & (u >= 0) & (h > 0)
         knee = np.where(forced & (w > 0), np.maximum(room, 0) / np.where(w > 0, w, 1), np.inf)
         slope2 = np.where(forced, t + u * w / np.where(h > 0, h, 1), t)
-    slope1 = np.where(u < 0, t + u, t)
-    slope2 = np.where(u < 0, slope1, slope2)
-    knee = np.where(u < 0, np.inf, knee)
+    slope1, saved = t, u < 0
+    if saved.any():  # (never from cost/: skipped, three numpy calls of a lone row's thirty)
+        slope1 = np.where(saved, t + u, t)
+        slope2 = np.where(saved, slope1, slope2)
+        knee = np.where(saved, np.inf, knee)
     return ncap, fits, (a, slope1, knee, slope2)
 
 
@@ -295,7 +300,7 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
     sums per block on its own stages (a padded listing would list the shallow pipelines' levels
     as often as the deepest's, and a sum's rounding reads its terms' count)."""
     rows = [len(c["stage_time_s"]) for c in blocks]
-    ends = np.cumsum(rows)
+    ends = list(accumulate(rows))
     if len(blocks) == 1:
         c, live = blocks[0], None
     else:
@@ -305,37 +310,73 @@ def tight_class_terms_of_blocks(blocks: list[dict], L: int, v: int, allow_full_r
     ncap, fits, pieces = _own_pieces(c, L, v, allow_full_recompute, live)
     safe = np.where(fits[:, None], ncap, L)  # rows that cannot fit get inf below anyway
     d, g = c["stage_sync_time_s"], c["layer_sync_time_s"]
-    f_v = _piecewise(float(v), *pieces)
     a, slope1, knee, slope2 = pieces
-    seg1 = np.clip(np.minimum(knee, safe) - v, 0, None)
-    seg2 = np.clip(safe - np.maximum(knee, v), 0, None)
+    seg1 = np.maximum(np.minimum(knee, safe) - v, 0)  # (np.clip's floats, without its wrapper)
+    seg2 = np.maximum(safe - np.maximum(knee, v), 0)
     inf = np.where(fits, 0.0, np.inf)
     padded = None if live is None else _padded_levels(L, v, live, safe, (a, d), (slope1, g), knee, slope2)
     out = []
     for block, end, n in zip(blocks, ends, rows):
         r = slice(end - n, end)
         pp = block["stage_time_s"].shape[1]
-        safe_, a_, d_, s1, g_, kn, s2, fv, sg1, sg2 = (
-            (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2) if live is None else
-            (x[r, :pp] for x in (safe, a, d, slope1, g, knee, slope2, f_v, seg1, seg2)))
+        safe_, a_, d_, s1, g_, kn, s2, sg1, sg2 = (
+            (safe, a, d, slope1, g, knee, slope2, seg1, seg2) if live is None else
+            (x[r, :pp] for x in (safe, a, d, slope1, g, knee, slope2, seg1, seg2)))
         if padded is not None:
-            tau, delta = padded[0][r], padded[1][r]
+            tau, delta, fv = padded[0][r], padded[1][r], padded[2] if padded[2] is None else padded[2][r, :pp]
         else:  # tau* and delta* in one listing (rows stacked: each row's values are its own)
-            tau, delta = _levels(L, v, safe_, (a_, d_), (s1, g_), kn, s2)
+            tau, delta, fv = _levels(L, v, safe_, (a_, d_), (s1, g_), kn, s2)
+        if fv is None:  # (not listed: each stage's time at v layers read alone)
+            fv = _piecewise(float(v), a_, s1, kn, s2)
         sigma = _least_stage_sum(L, v, fv, s1, s2, sg1, sg2)
         out.append((tau + inf[r], sigma + inf[r], delta + inf[r], fits[r]))
     return out
 
 
 def _levels(L: int, v: int, safe, base: tuple, slope: tuple, knee, slope2, live=None) -> tuple:
-    """(tau*, delta*) unlowered by fits of rows with caps `safe`: _min_bottleneck of the stage
-    times (base[0], slope[0], knee, slope2) and of the syncs (base[1], slope[1], linear), the
-    two stacked in one listing (each row's values are its own)."""
+    """(tau*, delta*, at_v) unlowered by fits of rows with caps `safe`: _min_bottleneck of the
+    stage times (base[0], slope[0], knee, slope2) and of the syncs (base[1], slope[1], linear),
+    the two stacked in one listing (each row's values are its own); at_v, where listed here
+    (_listed_levels), each stage's time at v layers, else None."""
     g = slope[1]
+    chunks = _listed_chunks(L, v, safe)
+    if 2 * g.size * chunks <= BOTTLENECK_BLOCK_FLOATS:  # one block: listed here, in fewer steps
+        return _listed_levels(L, v, chunks, safe, base, slope, knee, slope2, live)
     both = _min_bottleneck(L, v, np.vstack([safe, safe]), np.vstack(base), np.vstack(slope),
                            np.vstack([knee, np.full_like(g, np.inf)]), np.vstack([slope2, g]),
                            None if live is None else np.vstack([live, live]))
-    return both[:len(g)], both[len(g):]
+    return both[:len(g)], both[len(g):], None
+
+
+def _listed_levels(L: int, v: int, chunks: int, safe, base: tuple, slope: tuple, knee, slope2, live) -> tuple:
+    """_levels where all its rows' values fit one of _min_bottleneck's blocks, the same floats
+    in about half the numpy calls (the class planner reads a row of 4-16 stages per call, 8,947
+    calls on the three-type, two-site row, issue 33): the stage times listed by _piecewise into
+    the first rows of one array and the syncs d + j v g into the rest (_piecewise with an inf
+    knee: g min(n, inf) = g n, plus d, plus 0 past no knee, the same float), each stage capped,
+    nan read as inf, and the (L // v)-th smallest taken by one partition, as _min_bottleneck.
+    Also each stage's time at v layers (the first chunk's, before the caps): _piecewise's
+    elementwise floats at n = v, which tight_class_terms_of_blocks' sum reads."""
+    rows, pp = safe.shape
+    j = v * np.arange(1, chunks + 1, dtype=float)
+    vals = np.empty((2 * rows, pp, chunks))
+    with np.errstate(invalid="ignore", over="ignore"):
+        vals[:rows] = _piecewise(j, base[0][:, :, None], slope[0][:, :, None], knee[:, :, None], slope2[:, :, None])
+        np.multiply(slope[1][:, :, None], j, out=vals[rows:])
+        vals[rows:] += base[1][:, :, None]
+    at_v = vals[:rows, :, 0].copy()
+    over = ~(j <= safe[:, :, None])
+    vals[:rows][over] = np.inf
+    vals[rows:][over] = np.inf
+    vals[np.isnan(vals)] = np.inf
+    need = L // v
+    flat = vals.reshape(2 * rows, -1)
+    kth = np.partition(flat, need - 1, axis=1)[:, need - 1] if need <= flat.shape[1] else np.full(2 * rows, np.inf)
+    first = vals[:, :, 0]
+    if live is not None:
+        first = np.where(np.vstack([live, live]), first, -np.inf)
+    both = np.maximum(kth, first.max(1)) * (1 - FLOAT_SAFETY)
+    return both[:rows], both[rows:], at_v
 
 
 def _padded_levels(L: int, v: int, live, safe, base: tuple, slope: tuple, knee, slope2) -> tuple | None:
@@ -376,7 +417,7 @@ def _least_stage_sum(L: int, v: int, f_v, slope1, slope2, seg1, seg2) -> np.ndar
     rows = np.arange(len(order))[:, None]  # (take_along_axis's gather, without its checks)
     slopes, lengths = slopes[rows, order], lengths[rows, order]
     before = np.cumsum(lengths, 1) - lengths
-    take = np.clip(float(L - pp * v) - before, 0, lengths)
+    take = np.minimum(np.maximum(float(L - pp * v) - before, 0), lengths)  # (np.clip's floats)
     return (f_v.sum(1) + (take * slopes).sum(1)) * (1 - FLOAT_SAFETY)
 
 

@@ -79,9 +79,12 @@ def group_steps(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     plans = levels.shape[0]
     first = levels[:, :, 0].max(1)  # every stage holds one chunk from here
     flat = np.sort(levels.reshape(plans, -1), axis=1)
-    at = np.unique(flat[np.isfinite(flat)])
+    at = flat[np.isfinite(flat)]  # each plan's finite levels sorted: all of them, if one plan
+    if plans > 1:
+        at.sort()
     if not at.size:
         return at, np.zeros(0, np.int64)
+    at = at[np.concatenate(([True], at[1:] != at[:-1]))]  # distinct: np.unique's, without its sort
     held = np.empty((plans, at.size), np.int64)
     for p in range(plans):
         held[p] = np.searchsorted(flat[p], at, side="right")
@@ -167,16 +170,31 @@ def least_levels_picked(entries: list[list[tuple[np.ndarray, np.ndarray]]], pick
     return out
 
 
+_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # _count_pairs' arrays by `need`
+
+
+def _count_pairs(need: int) -> tuple[np.ndarray, np.ndarray]:
+    """([c, a] -> c - a, clipped at 0; c - a >= 0) for counts 0 .. need: least_sums_picked's
+    min-plus gather, kept per `need` (the three-type, two-site row read 3,026 of a row or a
+    few, each building these (need + 1)^2 arrays anew). Read only."""
+    got = _PAIRS.get(need)
+    if got is None:
+        c = np.arange(need + 1)
+        back = c[:, None] - c[None, :]  # [c, a]: the count left to the next group, a <= c
+        below = back >= 0
+        back = np.where(below, back, 0)
+        back.flags.writeable = below.flags.writeable = False
+        got = _PAIRS[need] = (back, below)
+    return got
+
+
 def least_sums_picked(entries: list[list[np.ndarray]], picks: np.ndarray, need: int) -> np.ndarray:
     """least_sums of the rows [entries[g][picks[r, g]] for each group g], every row at once: the
     same min-plus steps, float for float, on a batch of rows."""
     out = np.full(len(picks), np.inf)
     if not len(picks):
         return out
-    c = np.arange(need + 1)
-    back = c[:, None] - c[None, :]  # [c, a]: the count left to the next group, a <= c
-    below = back >= 0
-    back = np.where(below, back, 0)
+    back, below = _count_pairs(need)
     sums = [np.stack(group) for group in entries]  # per group: (entries, need + 1)
     step = max(1, PICKED_CELLS // (need + 1) ** 2)
     for a in range(0, len(picks), step):
