@@ -33,8 +33,8 @@ from contextlib import contextmanager
 
 YOUNG_THRESHOLD = 100_000
 # while a search runs, the middle generation is collected once every MIDDLE_THRESHOLD young
-# collections (10**8 net allocations of tracked objects) instead of every 10: still bounded, so a search that does
-# make cyclic garbage frees it in the end, but a search's survivors are walked once, young
+# collections (10**8 net allocations of tracked objects) instead of every 10: still bounded, so
+# a search that does make cyclic garbage frees it in the end, but its survivors are walked once
 MIDDLE_THRESHOLD = 1_000
 
 
