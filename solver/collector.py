@@ -17,8 +17,8 @@ of objects walks each of them twice. While a search runs (fewer_collections) the
 generation is collected every MIDDLE_THRESHOLD young collections instead, and so is the oldest,
 whose count those collections advance. Measured with gc.callbacks (issue 33; collector CPU s and
 collections per generation, base -> this): DeepSeek-V3 on 2,048 H800 with idle GPUs 0.95-0.99
-(31, 3, 0) -> 0.47 s (34, 0, 0), on 1,152 GB200 0.40 (16, 1, 0) -> 0.22 s (17, 0, 0); Qwen3
-235B idle 0.37 -> 0.15 s; growth rows 1, 3, 4: 0.48 -> 0.34, 0.92 -> 0.57, 1.13 -> 0.68 s, the
+(31, 3, 0) -> 0.45-0.47 s (34, 0, 0), on 1,152 GB200 0.30-0.40 (16, 1, 0) -> 0.20-0.22 s
+(17, 0, 0); Qwen3 235B idle 0.26-0.37 -> 0.14-0.15 s; growth rows 1, 3, 4: 0.48 -> 0.34, 0.92 -> 0.57, 1.13 -> 0.68 s, the
 remaining time the young collections' one walk of each survivor (a young threshold of 10**6
 still takes 0.42 s on DeepSeek-V3). Peak memory within 0.7% (row 4 0.395 -> 0.397 GiB); runs
 with no middle collection (Mixtral, GPT-3 175B, the MoE files without idle GPUs) unchanged.
