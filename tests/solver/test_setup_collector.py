@@ -8,7 +8,7 @@ from pathlib import Path
 
 from paraplan.cost.readers.instance import load_instance
 from paraplan.solver import search as search_module
-from paraplan.solver.collector import YOUNG_THRESHOLD, fewer_collections
+from paraplan.solver.collector import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, fewer_collections
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,11 +18,11 @@ def test_raised_inside_and_restored_after():
     try:
         gc.set_threshold(700, 10, 10)  # CPython's defaults
         with fewer_collections():
-            assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+            assert gc.get_threshold() == (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, 10)
         assert gc.get_threshold() == (700, 10, 10)
         gc.set_threshold(YOUNG_THRESHOLD * 2, 5, 5)  # a caller's own, higher: kept
         with fewer_collections():
-            assert gc.get_threshold() == (YOUNG_THRESHOLD * 2, 5, 5)
+            assert gc.get_threshold() == (YOUNG_THRESHOLD * 2, MIDDLE_THRESHOLD, 5)
         assert gc.get_threshold() == (YOUNG_THRESHOLD * 2, 5, 5)
     finally:
         gc.set_threshold(*before)
