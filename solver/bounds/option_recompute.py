@@ -882,16 +882,14 @@ def _class_modes(terms: np.ndarray) -> list[int]:
     time of a dominated mode is at least the other's, in every order and at every v, so the
     least over the modes is the same (issue 33: ZeRO-1 dominates ZeRO-0 in 32 A100 + 32 H100's
     mixed classes, whose A* at each root read whole was a tenth of its search)."""
-    room, state, a, c = np.moveaxis(terms, 2, 0).transpose(3, 0, 1, 2)  # each (modes, groups, mbs)
-    n = len(room)
-    out = []
-    for m in range(n):
-        same = [k for k in range(n) if (a[k] == a[m]).all() and (c[k] == c[m]).all()
-                and (room[k] >= room[m]).all() and (state[k] <= state[m]).all()]
-        # dominated by a strictly better mode, or a repeat of an earlier one
-        if not any((room[k] != room[m]).any() or (state[k] != state[m]).any() or k < m for k in same):
-            out.append(m)
-    return out
+    room, state, a, c = (np.moveaxis(terms[..., i], 2, 0).reshape(terms.shape[2], -1)[:, None] for i in range(4))
+    # covers[k, m]: mode k's every stage time at most mode m's (each (modes, groups x mbs) above)
+    covers = ((a == a.transpose(1, 0, 2)) & (c == c.transpose(1, 0, 2)) & (room.transpose(1, 0, 2) <= room)
+              & (state.transpose(1, 0, 2) >= state)).all(axis=-1)
+    repeat = covers & covers.T
+    # left out: dominated by a strictly better mode, or a repeat of an earlier one
+    out = ~((covers & ~repeat).any(axis=0) | np.tril(repeat, -1).any(axis=1))
+    return np.flatnonzero(out).tolist()
 
 
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
