@@ -131,6 +131,10 @@ ELEMENTS_A_PASS = 1 << 18  # _slowest_rows' rows x scenarios x stages x layers a
 # cannot hold the layers (GPT-3 175B cpg2: 40-47 rows a pass, most left out; Llama 3 8B: 8-23, few)
 ROWS_TO_FILTER = 24
 ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
+# a class's rows at one v > 1 from which _slowest_rows reads them in a pass of their own, one mask
+# for all (32 A100 + 32 H100 with the options: 4 rows a v, read with the class's other v in one
+# pass; Llama 3 8B with classes_per_group 2 and idle_gpus: 8-23 rows a v, read apart)
+V_ROWS_APART = 8
 
 
 def least_recomputed_rows(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> np.ndarray:
@@ -374,16 +378,17 @@ class RecomputeFloor:
     @staticmethod
     def _passes(todo: dict, interleaved: bool) -> list[tuple[int, list]]:
         """_slowest_rows' rows (at v = 1, or at v > 1: `interleaved`) as (pp, rows) to read
-        together: per pp, the rows of a v with ROWS_TO_FILTER or more alone (one mask, whose
-        pass leaves out the rows that cannot hold the layers, slowest_in_chunks_s), the
-        others of every v together (v > 1 ends a row's key, _row)."""
+        together: per pp, the rows of a v with V_ROWS_APART or more alone (one mask, read once
+        for them all; from ROWS_TO_FILTER rows its pass leaves out those that cannot hold the
+        layers, slowest_in_chunks_s), the others of every v together, each row with its own
+        v's mask (v > 1 ends a row's key, _row)."""
         by_v: dict[tuple, list] = {}
         for k in todo:
             if (len(k) > 10) is interleaved:
                 by_v.setdefault((k[4], k[10] if interleaved else 1), []).append(k)
         out, rest = [], {}
         for (pp, _), keys in by_v.items():
-            if len(keys) >= ROWS_TO_FILTER:
+            if len(keys) >= V_ROWS_APART:
                 out.append((pp, keys))
             else:
                 rest.setdefault(pp, []).extend(keys)

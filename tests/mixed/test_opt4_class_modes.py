@@ -26,7 +26,7 @@ from test_plan_bound_admissible import WIDE
 
 from paraplan.solver import search as search_mod
 from paraplan.solver.bounds import option_recompute
-from paraplan.solver.bounds.option_recompute import (ROWS_TO_FILTER, RecomputeFloor, _class_modes, interleavings,
+from paraplan.solver.bounds.option_recompute import (V_ROWS_APART, RecomputeFloor, _class_modes, interleavings,
                                                      stage_class_slowest_s)
 
 KEYS = dict(OPTIONS, zero=[0, 1, 2], sequence_parallel=[False, True], micro_batch=[1, 2],
@@ -127,4 +127,4 @@ def test_slowest_rows_of_several_v_in_one_pass_are_each_their_own(monkeypatch):
     apart = read(per_v)
     assert joint.keys() == apart.keys() and len({k[1][10] for k in joint if len(k[1]) > 10}) > 1
     assert all(joint[k] == apart[k] for k in joint)
-    assert ROWS_TO_FILTER > 4  # (the tiny classes' passes hold a few rows: every v read together)
+    assert V_ROWS_APART > 4  # (the tiny classes hold a few rows a v: every v read in one pass)
