@@ -131,6 +131,10 @@ ELEMENTS_A_PASS = 1 << 18  # _slowest_rows' rows x scenarios x stages x layers a
 # cannot hold the layers (GPT-3 175B cpg2: 40-47 rows a pass, most left out; Llama 3 8B: 8-23, few)
 ROWS_TO_FILTER = 24
 ROWS_AT_ONCE = 8  # short rows from which least_recomputed_rows runs them together (row 2: 1-2 a call)
+# a class's rows at one v > 1 from which _slowest_rows reads them in a pass of their own, one mask
+# for all (32 A100 + 32 H100 with the options: 4 rows a v, read with the class's other v in one
+# pass; Llama 3 8B with classes_per_group 2 and idle_gpus: 8-23 rows a v, read apart)
+V_ROWS_APART = 8
 
 
 def least_recomputed_rows(room: np.ndarray, held: np.ndarray, slope: np.ndarray, layers: float) -> np.ndarray:
@@ -363,26 +367,48 @@ class RecomputeFloor:
         # time and order is read per row), so the same floats however rows share a pass
         per_row = len(self.fb.idx) * L
         for interleaved in (False, True):
-            by_v: dict[tuple, list] = {}  # (pp, v): its rows (v > 1 ends a row's key, _row)
-            for k in todo:
-                if (len(k) > 10) is interleaved:
-                    by_v.setdefault((k[4], k[10] if interleaved else 1), []).append(k)
-            for (pp, v), keys in by_v.items():
+            for pp, keys in self._passes(todo, interleaved):
                 step = max(1, ELEMENTS_A_PASS // (per_row * pp))
                 for lo in range(0, len(keys), step):
                     part = keys[lo:lo + step]
-                    got = self._slowest_part(part, todo, no_rc, L, pp, v)
+                    got = self._slowest_part(part, todo, no_rc, L, pp)
                     for k, each in zip(part, got.tolist()):
                         self.memo["slowest", k, no_rc] = each
 
-    def _slowest_part(self, part: list[tuple], todo: dict, no_rc: bool, L: int, pp: int, v: int) -> np.ndarray:
-        """(rows, scenarios): A* of rows `part` of pp stages at v, in one pass (_slowest_rows)."""
-        fs, rhos, heads = zip(*(self._row_times(k[1], k[2], k[3], pp, k[5], k[6], v, no_rc) for k in part))
+    @staticmethod
+    def _passes(todo: dict, interleaved: bool) -> list[tuple[int, list]]:
+        """_slowest_rows' rows (at v = 1, or at v > 1: `interleaved`) as (pp, rows) to read
+        together: per pp, the rows of a v with V_ROWS_APART or more alone (one mask, read once
+        for them all; from ROWS_TO_FILTER rows its pass leaves out those that cannot hold the
+        layers, slowest_in_chunks_s), the others of every v together, each row with its own
+        v's mask (v > 1 ends a row's key, _row)."""
+        by_v: dict[tuple, list] = {}
+        for k in todo:
+            if (len(k) > 10) is interleaved:
+                by_v.setdefault((k[4], k[10] if interleaved else 1), []).append(k)
+        out, rest = [], {}
+        for (pp, _), keys in by_v.items():
+            if len(keys) >= V_ROWS_APART:
+                out.append((pp, keys))
+            else:
+                rest.setdefault(pp, []).extend(keys)
+        return out + list(rest.items())
+
+    def _slowest_part(self, part: list[tuple], todo: dict, no_rc: bool, L: int, pp: int) -> np.ndarray:
+        """(rows, scenarios): A* of rows `part` of pp stages, in one pass (_slowest_rows): at v
+        = 1, or each at its own v > 1 (its key's last field) with its v's mask of chunks (a
+        class's few rows at each of its v in one pass, not one pass a v: issue 33, 32 A100 +
+        32 H100 with the three options read 4 rows a pass)."""
+        vs = [k[10] if len(k) > 10 else 1 for k in part]
+        fs, rhos, heads = zip(*(self._row_times(k[1], k[2], k[3], pp, k[5], k[6], v, no_rc)
+                                for k, v in zip(part, vs)))
         room, held, slope = (np.stack([todo[k][x] for k in part]) for x in range(3))
         f, rho, head = np.stack(fs)[..., None], np.stack(rhos)[..., None], np.stack(heads)
-        if v > 1:
-            return slowest_in_chunks_s(room, held, slope, L, f, rho, self.chunks(pp, v), head)
-        return slowest_stage_each_s(room, held, slope, L, f, rho, head=head)
+        if vs[0] == 1:
+            return slowest_stage_each_s(room, held, slope, L, f, rho, head=head)
+        if len(set(vs)) == 1:  # one mask, read once for every row
+            return slowest_in_chunks_s(room, held, slope, L, f, rho, self.chunks(pp, vs[0]), head)
+        return slowest_in_chunks_s(room, held, slope, L, f, rho, np.stack([self.chunks(pp, v) for v in vs]), head)
 
     def _row_times(self, g: int, tp: int, cp: int, pp: int, b: int, sp: bool, v: int, no_rc: bool) -> tuple:
         """(f, rho, head) of a row of pp stages on group g (_slowest_part): its layers' floor and
@@ -852,6 +878,25 @@ def _sum_into(t: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.add(t, x, out=t if np.broadcast_shapes(t.shape, x.shape) == t.shape else None)
 
 
+def _class_modes(terms: np.ndarray) -> list[int]:
+    """Of a stage-wise class's (sp, ZeRO) modes, stage_terms' (room, state, a, c) per group,
+    micro-batch size and mode (groups, mbs, modes, 4), those stage_class_slowest_s reads: each
+    distinct one once, less those another dominates at every group and micro-batch size (the
+    same a and c, at least its room, at most its state: _undominated's rule, read across the
+    class's groups, whose floors, recompute and output layer no mode changes). Every stage
+    time of a dominated mode is at least the other's, in every order and at every v, so the
+    least over the modes is the same (issue 33: ZeRO-1 dominates ZeRO-0 in 32 A100 + 32 H100's
+    mixed classes, whose A* at each root read whole was a tenth of its search)."""
+    room, state, a, c = (np.moveaxis(terms[..., i], 2, 0).reshape(terms.shape[2], -1)[:, None] for i in range(4))
+    # covers[k, m]: mode k's every stage time at most mode m's (each (modes, groups x mbs) above)
+    covers = ((a == a.transpose(1, 0, 2)) & (c == c.transpose(1, 0, 2)) & (room.transpose(1, 0, 2) <= room)
+              & (state.transpose(1, 0, 2) >= state)).all(axis=-1)
+    repeat = covers & covers.T
+    # left out: dominated by a strictly better mode, or a repeat of an earlier one
+    out = ~((covers & ~repeat).any(axis=0) | np.tril(repeat, -1).any(axis=1))
+    return np.flatnonzero(out).tolist()
+
+
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
                           most_ranks: int, vs: tuple = (1,)) -> np.ndarray:
     """(v of `vs`, micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages
@@ -873,10 +918,12 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
     mbs = fb.mbs.astype(int).tolist()
     terms = np.array([[[rc.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks) for sp, z in modes] for b in mbs]
                       for g in groups])  # (groups, mbs, modes, 4)
+    terms = terms[:, :, _class_modes(terms)]
+    nm = terms.shape[2]
     floors, rcs, heads = (np.stack([fn(g, tp, cp) for g in groups]) for fn in (fb.floor, rc.rc_fwd_s, rc.head_s))
     orders = list(itertools.permutations(range(len(groups))))
     at = np.array([[i for i in order for _ in range(counts[groups[i]])] for order in orders])  # (orders, pp)
-    shape = (len(orders), nb, len(modes), ns, pp)  # a row per (order, b, mode)
+    shape = (len(orders), nb, nm, ns, pp)  # a row per (order, b, mode)
     room, state, a, c = np.moveaxis(terms[at], 1, -1).transpose(3, 0, 1, 2, 4)  # each (orders, mbs, modes, pp)
     f = np.broadcast_to(np.moveaxis(floors[at], 1, -1)[:, :, None], shape).reshape(-1, ns, pp)
     rho = np.broadcast_to(np.moveaxis(rcs[at], 1, -1)[:, :, None], shape).reshape(-1, ns, pp)
@@ -895,7 +942,7 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
         held, slope = held.reshape(-1, pp), slope.reshape(-1, pp)
         if v == 1:
             each = slowest_stage_each_s(room, held, slope, L, f, rho, head=head)  # (rows, scenarios)
-            out[i] = each.reshape(len(orders), nb, len(modes), ns).min(axis=(0, 2))
+            out[i] = each.reshape(len(orders), nb, nm, ns).min(axis=(0, 2))
         else:
             rows.append((i, held, slope, rc.chunks(pp, v)))
     if rows:
@@ -906,5 +953,5 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
                                    np.concatenate([np.broadcast_to(x[3], (k, pp, L)) for x in rows]),
                                    np.concatenate([head] * len(rows)))
         for j, (i, *_) in enumerate(rows):
-            out[i] = each[j * k:(j + 1) * k].reshape(len(orders), nb, len(modes), ns).min(axis=(0, 2))
+            out[i] = each[j * k:(j + 1) * k].reshape(len(orders), nb, nm, ns).min(axis=(0, 2))
     return out
