@@ -2044,6 +2044,7 @@ class _LayerPlans(_Node):
     objective: str
     uniform: bool
     node: class_partitions.Subset | None = None  # None: every combination, not yet listed
+    priced_s: float = -math.inf  # its priced floor (_priced_out), read as it is listed
 
     @property
     def weight(self) -> int:  # combinations it stands for
@@ -2055,6 +2056,9 @@ class _LayerPlans(_Node):
         combinations, each keyed by a bound at most theirs, the key's combination index 1 at
         most theirs: listed only when they come up and can still win); past `deadline`, itself
         as its child (class_partitions.OuterChoices.expand), which the search leaves open."""
+        if self._priced_out(upper_s):
+            res.pruned_by_bound += self.weight
+            return [], []
         if self.node is None and not self.choices.split_read:
             # the root keyed again first (class_partitions.OuterChoices.root_key_again): dropped
             # above the bar, else back on the heap at that key when it rises
@@ -2069,10 +2073,58 @@ class _LayerPlans(_Node):
         res.pruned_by_memory += lst.pruned_by_memory
         res.pruned_by_dominance += lst.pruned_by_dominance
         o, i = self.choices.o, self.key[1]
-        kids = [dataclasses.replace(self, key=(max(lb, self.key[0]), i, 1), node=sub) for lb, sub in lst.nodes]
-        return sorted((_Candidate(o, problem_of(self.inst, o, self.objective, coeffs, prescaled=True), (lb, i, j),
-                                  self.uniform, parts)
-                       for lb, j, coeffs, parts in lst.candidates), key=lambda c: c.key), kids
+        kids = self._children(lst.nodes, upper_s, res)
+        cands = [_Candidate(o, problem_of(self.inst, o, self.objective, coeffs, prescaled=True), (lb, i, j),
+                            self.uniform, parts) for lb, j, coeffs, parts in lst.candidates]
+        kept = _priced_may_win(cands, upper_s)
+        res.pruned_by_bound += len(cands) - len(kept)
+        return sorted(kept, key=lambda c: c.key), kids
+
+    def _priced_out(self, upper_s: float) -> bool:
+        """Whether the root before its re-key, or a node (priced_s), is proved unable to win by
+        its priced floor (class_partitions.OuterChoices.priced_floors: at most each of its
+        combinations' optimum, so above upper_s past the tie margin none of them can beat the
+        bar, which only falls)."""
+        if self.node is None and not self.choices.split_read:
+            self.priced_s = float(self.choices.priced_floors([None])[0])
+        if self.priced_s <= upper_s * (1 + REL_TOL):
+            return False
+        if self.node is not None:
+            self.choices.forget(self.node)
+        return True
+
+    def _children(self, nodes: list, upper_s: float, res: SolveResult) -> list[_LayerPlans]:
+        """Its children of `nodes` ((bound, Subset) from class_partitions.OuterChoices.expand),
+        each with its priced floor read in one batch, less those it proves unable to win now
+        (counted pruned: _priced_out)."""
+        i = self.key[1]
+        floors = self.choices.priced_floors([sub for _, sub in nodes]).tolist()
+        kids = [dataclasses.replace(self, key=(max(lb, self.key[0]), i, 1), node=sub, priced_s=f)
+                for (lb, sub), f in zip(nodes, floors)]
+        out = [kid for kid in kids if not kid._priced_out(upper_s)]
+        res.pruned_by_bound += sum(kid.weight for kid in kids) - sum(kid.weight for kid in out)
+        return out
+
+
+def _priced_may_win(cands: list[_Candidate], upper_s: float) -> list[_Candidate]:
+    """`cands` (one layer-plan listing's) less the lone classes of the worst-case objective whose
+    bound that reads their slowest stage and sum together (fill_drain.priced_bounds_s, per
+    network, the worst taken) is above `upper_s` past the tie margin: each would be pruned by
+    that test of _cannot_win_alone when it comes up (the bar only falls, so its cutoff then is
+    at most upper_s * (1 + REL_TOL)), and is counted pruned now, all in one read (on the
+    three-type, two-site row, 885 layer-plan candidates were each priced so one at a time,
+    every one pruned)."""
+    lone = [c for c in cands if c.problem.classes == 1 and c.problem.objective != "weighted"
+            and not _is_dualpipe(c.problem)]
+    if not lone or not math.isfinite(upper_s):
+        return cands
+    lbs = priced_bounds_s([cs[0] for c in lone for cs in c.problem.coeffs], lone[0].problem.allow_full_recompute)
+    cut, out, at = upper_s * (1 + REL_TOL), set(), 0
+    for c in lone:
+        if lbs[at:at + len(c.problem.coeffs)].max() > cut:
+            out.add(id(c))
+        at += len(c.problem.coeffs)
+    return [c for c in cands if id(c) not in out]
 
 
 def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placements: dict,
