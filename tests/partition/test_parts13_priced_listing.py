@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 from test_plan_bottleneck import CASES  # noqa: E402
 from test_partitions_lazy import _choices_of  # noqa: E402
+from oracles.class_partitions import expand_all  # noqa: E402
 
 from paraplan.formulations.split_dp import solve_split_dp  # noqa: E402
 from paraplan.solver import search as S  # noqa: E402
@@ -36,7 +37,7 @@ def _candidates(case) -> list[tuple[S._Candidate, float]]:
     for i, (o, ch) in enumerate(_choices_of(CASES[case]())[::4]):
         if len(o.classes) != 1 or ch.optimistic(stop_unfit=True) is None:
             continue
-        for lb, j, coeffs, parts in ch.expand_all(math.inf).candidates[::3]:
+        for lb, j, coeffs, parts in expand_all(ch, math.inf).candidates[::3]:
             p = ch.problem_of(coeffs)
             c = p.coeffs[0][0]
             sr = solve_split_dp(c, allow_full_recompute=p.allow_full_recompute, time_limit_s=30.0,
