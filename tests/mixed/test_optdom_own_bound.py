@@ -31,6 +31,14 @@ from paraplan.solver import search as search_mod
 from paraplan.solver.option_families import OptionFamily
 from paraplan.solver.space import Partial, partial_rank
 
+# The planted-fault tests below check the same layouts against the same CP-SAT optima as the
+# first test (option_layouts.cpsat_optimum_s: once per problem per test process), about 1 s of
+# CPU each beside it and the first test's whole cost (61 s of CPU at load 10, 238 problems on
+# seed 0 alone, issue 32) each on a worker of its own. One xdist group: the three on one
+# worker, collected first (tests/conftest.py), so a steal cannot part them and the run's longest
+# test starts at the front, not in the middle of the order where it could end the run.
+pytestmark = pytest.mark.xdist_group("optdom-own-bound-optima")
+
 
 def _instance(seed: int):
     """A random one-group instance of 8 GPUs of 1.25 GiB or more with classes_per_group 2,
