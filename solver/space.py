@@ -395,13 +395,16 @@ class Tally:
     """What an OuterBlock's specs() lists, without listing it: how many outers per (v, ep,
     embedding_in_split, loss_in_split, recompute mode) (those are all summarize reads of an outer
     beside its classes and micro-batch), the sequence-parallel flags, ZeRO stages, v values and embedding /
-    loss slots that occur, each in order of first occurrence, and the first spec."""
+    loss slots that occur, each in order of first occurrence, and the first spec. `per_mode`:
+    of each (sp, ZeRO) mode that lists some outer, in order, (sp, zero, its first spec, its
+    counts): a count that reads the mode (_partition_tally) reads it once per mode, not per outer."""
 
     counts: dict
     sps: tuple
     zeros: tuple
     vslots: tuple  # (v, embedding_in_split, loss_in_split)
     first: tuple | None
+    per_mode: tuple = ()
 
     @property
     def outers(self) -> int:
@@ -411,9 +414,11 @@ class Tally:
     def of(cls, block_fields: tuple) -> "Tally":
         counts: dict = {}
         sps, zeros, vslots = {}, {}, {}
-        first = None
+        per_mode = []
         modes_left, vs, recompute, layouts, slots_of_v, paired, unpaired = block_fields
         for sp, zero, admitted in modes_left:
+            own: dict = {}  # this mode's counts
+            first = None  # this mode's first spec
             for v in vs:
                 if v not in admitted:
                     continue
@@ -426,9 +431,14 @@ class Tally:
                         if first is None:
                             first = (sp, zero, v, recompute[0], ep, etp, emb, loss)
                         for rc in recompute:  # the framework's recompute pattern reads the mode
-                            counts[v, ep, emb, loss, rc] = counts.get((v, ep, emb, loss, rc), 0) + 1
+                            own[v, ep, emb, loss, rc] = own.get((v, ep, emb, loss, rc), 0) + 1
                         sps[sp] = zeros[zero] = vslots[v, emb, loss] = None
-        return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first)
+            if first is not None:
+                per_mode.append((sp, zero, first, own))
+                for key, n in own.items():
+                    counts[key] = counts.get(key, 0) + n
+        first = per_mode[0][2] if per_mode else None
+        return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first, tuple(per_mode))
 
 
 def declared_blocks(inst: Instance, families: tuple[str, ...] = FAMILIES,
@@ -1376,7 +1386,11 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
     per_block: dict[tuple, tuple[int, int]] = {}
     for n, b in weighted:
         if parts:
-            got = _block_summary(inst, b, _partition_tally(inst, b, tallied), dual, per_shape, splits, paired_of)
+            bk = _partitioned_block_key(b)
+            got = per_block.get(bk)
+            if got is None:
+                got = per_block[bk] = _block_summary(inst, b, _partition_tally(inst, b, tallied), dual,
+                                                     per_shape, splits, paired_of)
         else:
             degrees = tuple([(c.replicas, c.pp) for c in b.classes])
             bk = (degrees, b.micro_batch, id(b.tally))
@@ -1386,6 +1400,14 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
         outers += n * got[0]
         total += n * got[1]
     return SpaceSummary(outer_configs=outers, plans_total=total)
+
+
+def _partitioned_block_key(b: OuterBlock) -> tuple:
+    """All summarize_blocks reads of block b with per-operator partitions: as without them
+    (degrees, micro-batch size, tally), plus the tp per choice that the layer-plan combinations
+    read (_partition_tally). Row 3 of issue 33 (32 + 32 GPUs with partitions) summed 13,450
+    blocks one by one."""
+    return tuple([(c.replicas, c.pp) for c in b.classes]), b.micro_batch, id(b.tally), _choice_tps(b)
 
 
 def _tallied_summary(inst: Instance, b: OuterBlock, degrees: tuple, dual: bool, per_shape: dict, splits: dict,
@@ -1457,27 +1479,25 @@ def _partition_tally(inst: Instance, b: OuterBlock, memo: dict) -> dict:
     """Tally.counts of block b with each outer counted as its layer-plan combinations
     (partition_count): the block fixes the tp of each (class, group) choice, and the count reads
     beside it only the outer's ZeRO stage and sp flag, so one outer is built per (tp per
-    choice, ZeRO, sp) of the blocks (`memo`); the loops are specs()'."""
+    choice, ZeRO, sp) of the blocks (`memo`), the first specs() lists with them (Tally.per_mode:
+    of a mode listed twice, only the first that lists some outer has a first spec), and each
+    mode's counts are weighted by it."""
     from paraplan.solver.class_partitions import partition_count  # layer plans only (issue 33)
-    tps = tuple(b.tp_of(g) for c in b.classes for g in sorted(set(c.stage_groups)))
+    tps = _choice_tps(b)
     out: dict[tuple, int] = {}
-    for sp, zero, admitted in b.modes_left:
+    for sp, zero, first, counts in b.tally.per_mode:
         pc = memo.get((tps, zero, sp))
         if pc is None:
-            spec = next((x for x in b.specs() if x[:2] == (sp, zero)), None)
-            if spec is None:
-                continue
-            pc = memo[tps, zero, sp] = partition_count(inst, b.outer(*spec))
-        for v in b.vs:
-            if v not in admitted:
-                continue
-            for ep, _ in b.layouts[sp]:
-                if v == 1 and b.unpaired and b.paired[ep]:
-                    continue
-                for emb, loss in b.slots_of_v[v]:
-                    for rc in b.recompute:
-                        out[v, ep, emb, loss, rc] = out.get((v, ep, emb, loss, rc), 0) + pc
+            pc = memo[tps, zero, sp] = partition_count(inst, b.outer(*first))
+        for key, n in counts.items():
+            out[key] = out.get(key, 0) + n * pc
     return out
+
+
+def _choice_tps(b: OuterBlock) -> tuple:
+    """The tp of each (class, group) choice of block b: all partition_count reads of the block
+    beside an outer's ZeRO stage and sp flag (_partition_tally)."""
+    return tuple(b.tp_of(g) for c in b.classes for g in sorted(set(c.stage_groups)))
 
 
 def one_group_outers(inst: Instance) -> list[Outer]:
