@@ -97,3 +97,19 @@ def test_the_shared_summary_key_reads_the_tp_per_choice(seed, monkeypatch):
         m.setattr(space_mod, "_partitioned_block_key", lambda b: (
             tuple([(c.replicas, c.pp) for c in b.classes]), b.micro_batch, id(b.tally)))
         assert summarize_partials(inst, declared_partials(inst)) != full
+
+
+def test_the_weights_key_reads_the_depths(monkeypatch):
+    """_tally_weights, shared per (depths, tally): on MoE mixed clusters with idle GPUs (every
+    replica count of a lone class a layout of its own) the summary is the full listing's, and
+    a planted fault (the depths left out of its key) is seen."""
+    from test_moelazy_partial_bound import SEEDS as MOE_SEEDS, _instance
+    faulty = 0
+    for seed in MOE_SEEDS:
+        inst = _instance(seed, True)
+        full = summarize(inst, declared_outers(inst))
+        assert summarize_partials(inst, declared_partials(inst)) == full, seed
+        with monkeypatch.context() as m:
+            m.setattr(space_mod, "_weights_key", lambda degrees, b: ("weights", id(b.tally)))
+            faulty += summarize_partials(inst, declared_partials(inst)) != full
+    assert faulty > 0
