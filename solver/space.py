@@ -210,30 +210,46 @@ def _lb_memo(inst: Instance) -> dict:
 
 def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: int, sp: bool, zero: int,
                        ranks: int) -> tuple[float, float, float, float]:
-    m, b, fw = inst.model, micro_batch, inst.job.framework
-    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    # a layer's state reads only tp, ZeRO and its ranks, not the micro-batch, cp, pp or sp: kept
-    # by those in micro_batch_lower_bound_terms' memo (GPT-3 175B / 1,024 A100: 3,851 terms)
     memo = _lb_memo(inst)
+    ckpt, workspace, logits = _activation_terms(inst, memo, micro_batch, tp, cp, sp)
+    return (_runtime_term(memo, tp, cp, ranks, pp) + workspace, logits, _state_term(inst, memo, tp, zero, ranks),
+            ckpt)
+
+
+def _state_term(inst: Instance, memo: dict, tp: int, zero: int, ranks: int) -> float:
+    """A layer's state (_lower_bound_terms): it reads only tp, ZeRO and its ranks, not the
+    micro-batch, cp, pp or sp: kept by those in `memo` (GPT-3 175B / 1,024 A100: 3,851 terms)."""
     state = memo.get(("state", tp, zero, ranks))
     if state is None:
+        m, fw = inst.model, inst.job.framework
         state = memo["state", tp, zero, ranks] = (memory.layer_state_bytes(m, tp, zero, ranks, _state_layout(inst.job))
                                                   + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
-    # the activation terms read only the micro-batch, tp, cp and sp, the runtime allowance only
-    # tp, cp, the ring and pp: each kept by those (GPT-3 175B / 1,024 A100: 4,176 terms above,
-    # of 781 activation terms and 181 allowances)
+    return state
+
+
+def _activation_terms(inst: Instance, memo: dict, b: int, tp: int, cp: int, sp: bool) -> tuple:
+    """(checkpoint, backward workspace, logits) of micro-batch size b (_lower_bound_terms): they
+    read only the micro-batch, tp, cp and sp: kept by those (GPT-3 175B / 1,024 A100: 781
+    activation terms of 4,176 terms)."""
     acts = memo.get(("acts", b, tp, cp, sp))
     if acts is None:
+        m, fw = inst.model, inst.job.framework
+        frag = 1 + memory.ALLOCATOR_FRAGMENTATION
         # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
         view = moe_attention_view(m) if m.moe is not None else m
         acts = memo["acts", b, tp, cp, sp] = (memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag,
                                               memory.backward_workspace_bytes(view, b, tp, cp) * frag,
                                               memory.logits_activation_bytes(m, b, tp, cp, fw) * frag)
-    ckpt, workspace, logits = acts
+    return acts
+
+
+def _runtime_term(memo: dict, tp: int, cp: int, ranks: int, pp: int) -> float:
+    """The runtime allowance (_lower_bound_terms): it reads only tp, cp, the ring (which spans
+    `ranks`) and pp (GPT-3 175B / 1,024 A100: 181 allowances)."""
     runtime = memo.get(("runtime", tp, cp, ranks // cp, pp))
-    if runtime is None:  # the ring spans `ranks`
+    if runtime is None:
         runtime = memo["runtime", tp, cp, ranks // cp, pp] = memory.runtime_bytes(tp, cp, ranks // cp, pp)
-    return runtime + workspace, logits, state, ckpt
+    return runtime
 
 
 _STATE_LAYOUTS = IdentityCache(64)  # a few jobs per process, many in a test session
@@ -853,16 +869,47 @@ def _degree_values(inst: Instance, tpg: dict[int, int], cp: int, shapes, tps: tu
         replicas = sum(c.replicas for c in shapes)
         split = ("splits", _count_form(shapes, 1), replicas, uniform)
         if split not in memo:
-            memo[split] = ([b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
-                           if s.micro_batch is not None else
-                           [d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
-                            and has_micro_batch_split(shapes, gb // d, uniform)])
+            memo[split] = splitting_sizes(shapes, gb, [b for b in s.micro_batch if gb % b == 0]
+                                          if s.micro_batch is not None else
+                                          [d for d in divisors(gb) if s.max_micro_batch is None or d <= s.max_micro_batch],
+                                          uniform)
         # of the replicas the modes read whether some rank shards or syncs (sharded_ranks)
         modes = ("sp zero", tps, cp, sharded_ranks(replicas, cp), _depths(shapes))
         if s.micro_batch is None and modes not in memo:
             memo[modes] = _sp_zero_values(inst, tpg, cp, shapes)
         memo[degrees] = (memo[split], None if s.micro_batch is not None else memo[modes])
     return memo[degrees]
+
+
+def splitting_sizes(shapes, global_batch: int, sizes: list[int], uniform: bool) -> list[int]:
+    """The micro-batch sizes of `sizes` (each dividing the global batch) whose micro-batches
+    split between the classes' replicas (has_micro_batch_split at v = 1), in order. Outside the
+    uniform baseline every size is read from one reachability mask, up to the largest rest:
+    the sums of the x_k's multiples are a set, and a longer mask holds the same sums below
+    (_representable's doublings, run once rather than per size: with search.idle_gpus
+    DeepSeek-V3 on 2,048 H800 read 2,048 count forms at 50 sizes each)."""
+    if uniform or not sizes:
+        return [b for b in sizes if has_micro_batch_split(shapes, global_batch // b, uniform)]
+    x, lo, _ = _count_form(shapes, 1)
+    base = sum(xk * lk for xk, lk in zip(x, lo))
+    rests = [global_batch // b - base for b in sizes]
+    reach = _reachable(x, max(rests))
+    return [b for b, rest in zip(sizes, rests) if rest >= 0 and reach >> rest & 1]
+
+
+def _reachable(x: tuple[int, ...], rest: int) -> int:
+    """The bit mask of every sum of non-negative multiples of the x_k up to `rest` (bit i set:
+    i is such a sum; 0 where rest < 0): _representable's mask."""
+    if rest < 0:
+        return 0
+    mask = (1 << (rest + 1)) - 1
+    reach = 1
+    for xk in x:
+        shift = xk
+        while shift <= rest:
+            reach = (reach | (reach << shift)) & mask
+            shift *= 2
+    return reach
 
 
 def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
@@ -898,35 +945,56 @@ def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
     # GPT-3 175B / 1,024 A100)
     facts = [(c.stage_groups[-1], tuple(set(c.stage_groups)), c.pp) for c in shapes]
 
-    # micro_batch_lower_bound_parts with ZeRO over `ranks`, its terms read from (and kept in)
-    # the memo it reads: the listing asks for 3,851 distinct terms on GPT-3 175B / 1,024 A100,
-    # each once, which its layers of calls and keys cost more than the sums themselves
-    terms_memo, layers = _lb_memo(inst), inst.model.layers
+    # every candidate read at once (fits_each: numpy over the candidates), then capped: with
+    # search.idle_gpus every replica count of a lone class is a layout of its own, and
+    # DeepSeek-V3 on 2,048 H800 read 102,767 distinct (layout, size) checks one at a time
+    fits = dict(zip(cands, fits_each(inst, tpg, cp, tuple(cands), sps, zeros, facts, ranks, capacity).tolist()))
+    return capped_micro_batches(cands, fits.__getitem__)
 
-    def parts(g: int, pp: int, b: int, sp: bool, z: int) -> tuple[float, float]:
-        key = (tpg[g], cp, pp, b, sp, z, ranks)
-        terms = terms_memo.get(key)
-        if terms is None:
-            terms = terms_memo[key] = _lower_bound_terms(inst, *key)
-        return _parts_of(terms, layers, pp)
 
-    def class_fits(fact, b: int, sp: bool, z: int) -> bool:
-        last, used, pp = fact
-        own = parts(last, pp, b, sp, z)  # the last stage's group is one of `used`: read once
-        return own[0] <= capacity[last] and (own[1] <= capacity[last] or any(
-            parts(g, pp, b, sp, z)[1] <= capacity[g] for g in used if g != last))
+def fits_each(inst: Instance, tpg: dict[int, int], cp: int, cands: tuple, sps, zeros, facts, ranks: int,
+              capacity: list) -> np.ndarray:
+    """Whether each micro-batch size of `cands` fits (micro_batch_values): for some sp flag and
+    ZeRO stage, every class's lower bound (micro_batch_lower_bound_parts, ZeRO over `ranks`)
+    fits on its last stage's group, and its fullest stage's on some group of the class (`facts`:
+    per class its last stage's group, its stages' groups, its depth). The sums are
+    _parts_of's, in its order, on float64 arrays: the same floats."""
+    memo, layers = _lb_memo(inst), inst.model.layers
+    parts: dict = {}  # (tp, pp, sp, zero) -> the two parts per candidate
 
-    def fits(b: int) -> bool:  # some (sp, ZeRO) with which every class fits: loops, not generators
-        for sp in sps:
-            for z in zeros:
-                for f in facts:
-                    if not class_fits(f, b, sp, z):
-                        break
-                else:
-                    return True
-        return False
+    def parts_of(g: int, pp: int, sp: bool, z: int) -> tuple:
+        key = (tpg[g], pp, sp, z)
+        got = parts.get(key)
+        if got is None:
+            ckpt, workspace, logits = _activation_arrays(inst, memo, cands, tpg[g], cp, sp)
+            state = _state_term(inst, memo, tpg[g], z, ranks)
+            every = _runtime_term(memo, tpg[g], cp, ranks, pp) + workspace
+            got = parts[key] = (every + (logits + state + ckpt), every + -(-layers // pp) * (state + ckpt))
+        return got
 
-    return capped_micro_batches(cands, fits)
+    fits = np.zeros(len(cands), dtype=bool)
+    for sp in sps:
+        for z in zeros:
+            every_class = np.ones(len(cands), dtype=bool)
+            for last, used, pp in facts:
+                own = parts_of(last, pp, sp, z)
+                fullest = own[1] <= capacity[last]
+                for g in used:
+                    if g != last:
+                        fullest |= parts_of(g, pp, sp, z)[1] <= capacity[g]
+                every_class &= (own[0] <= capacity[last]) & fullest
+            fits |= every_class
+    return fits
+
+
+def _activation_arrays(inst: Instance, memo: dict, cands: tuple, tp: int, cp: int, sp: bool) -> tuple:
+    """_activation_terms of each size of `cands`, as three float64 arrays, kept in `memo`."""
+    key = ("acts of", cands, tp, cp, sp)
+    got = memo.get(key)
+    if got is None:
+        rows = [_activation_terms(inst, memo, b, tp, cp, sp) for b in cands]
+        got = memo[key] = tuple(np.array(col, dtype=np.float64) for col in zip(*rows))
+    return got
 
 
 def virtual_stage_values(inst: Instance, shapes) -> list[int]:
@@ -1252,14 +1320,7 @@ def _representable(x: tuple[int, ...], rest: int) -> bool:
     Adding any multiple of x_k is closed in doublings: after shifts by x_k, 2 x_k, 4 x_k, ...
     the set holds S + {0, ..., 2^i - 1} x_k, so log2(rest / x_k) shifts suffice (one shift per
     step took rest / x_k steps: minutes at a global batch of 2^24)."""
-    mask = (1 << (rest + 1)) - 1
-    reach = 1
-    for xk in x:
-        shift = xk
-        while shift <= rest:
-            reach = (reach | (reach << shift)) & mask
-            shift *= 2
-    return bool(reach >> rest & 1)
+    return bool(_reachable(x, rest) >> rest & 1)
 
 
 def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1,
