@@ -1476,10 +1476,14 @@ def _tallied_summary(inst: Instance, b: OuterBlock, degrees: tuple, dual: bool, 
     """(outers, plans) of block b without partitions (summarize_blocks): its tally's weights
     (_tally_weights) times the micro-batch vectors of its count at each (v, paired). Integer
     sums, so regrouping _block_summary's per-outer products changes no digit."""
-    wk = _weights_key(degrees, b)
+    wk = ("weights of", degrees, id(b.tally))  # the tally is alive through summarize_blocks' call
     got = per_shape.get(wk)
-    if got is None:
-        got = per_shape[wk] = _tally_weights(inst, b, dual, splits, paired_of)
+    if got is None:  # read once per what the weights read (_weights_key)
+        dk = _weights_key(degrees, b)
+        got = per_shape.get(dk)
+        if got is None:
+            got = per_shape[dk] = _tally_weights(inst, b, dual, splits, paired_of)
+        per_shape[wk] = got
     outers, weights = got
     count = inst.job.global_batch // b.micro_batch
     total = 0
