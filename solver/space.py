@@ -210,30 +210,46 @@ def _lb_memo(inst: Instance) -> dict:
 
 def _lower_bound_terms(inst: Instance, tp: int, cp: int, pp: int, micro_batch: int, sp: bool, zero: int,
                        ranks: int) -> tuple[float, float, float, float]:
-    m, b, fw = inst.model, micro_batch, inst.job.framework
-    frag = 1 + memory.ALLOCATOR_FRAGMENTATION
-    # a layer's state reads only tp, ZeRO and its ranks, not the micro-batch, cp, pp or sp: kept
-    # by those in micro_batch_lower_bound_terms' memo (GPT-3 175B / 1,024 A100: 3,851 terms)
     memo = _lb_memo(inst)
+    ckpt, workspace, logits = _activation_terms(inst, memo, micro_batch, tp, cp, sp)
+    return (_runtime_term(memo, tp, cp, ranks, pp) + workspace, logits, _state_term(inst, memo, tp, zero, ranks),
+            ckpt)
+
+
+def _state_term(inst: Instance, memo: dict, tp: int, zero: int, ranks: int) -> float:
+    """A layer's state (_lower_bound_terms): it reads only tp, ZeRO and its ranks, not the
+    micro-batch, cp, pp or sp: kept by those in `memo` (GPT-3 175B / 1,024 A100: 3,851 terms)."""
     state = memo.get(("state", tp, zero, ranks))
     if state is None:
+        m, fw = inst.model, inst.job.framework
         state = memo["state", tp, zero, ranks] = (memory.layer_state_bytes(m, tp, zero, ranks, _state_layout(inst.job))
                                                   + memory.fp8_weight_bytes(m, tp, inst.job.precision, fw))
-    # the activation terms read only the micro-batch, tp, cp and sp, the runtime allowance only
-    # tp, cp, the ring and pp: each kept by those (GPT-3 175B / 1,024 A100: 4,176 terms above,
-    # of 781 activation terms and 181 allowances)
+    return state
+
+
+def _activation_terms(inst: Instance, memo: dict, b: int, tp: int, cp: int, sp: bool) -> tuple:
+    """(checkpoint, backward workspace, logits) of micro-batch size b (_lower_bound_terms): they
+    read only the micro-batch, tp, cp and sp: kept by those (GPT-3 175B / 1,024 A100: 781
+    activation terms of 4,176 terms)."""
     acts = memo.get(("acts", b, tp, cp, sp))
     if acts is None:
+        m, fw = inst.model, inst.job.framework
+        frag = 1 + memory.ALLOCATOR_FRAGMENTATION
         # an MoE layer's workspace is its attention view's (cost/coefficients.moe_layer)
         view = moe_attention_view(m) if m.moe is not None else m
         acts = memo["acts", b, tp, cp, sp] = (memory.checkpoint_activation_bytes(m, b, tp, cp, sp) * frag,
                                               memory.backward_workspace_bytes(view, b, tp, cp) * frag,
                                               memory.logits_activation_bytes(m, b, tp, cp, fw) * frag)
-    ckpt, workspace, logits = acts
+    return acts
+
+
+def _runtime_term(memo: dict, tp: int, cp: int, ranks: int, pp: int) -> float:
+    """The runtime allowance (_lower_bound_terms): it reads only tp, cp, the ring (which spans
+    `ranks`) and pp (GPT-3 175B / 1,024 A100: 181 allowances)."""
     runtime = memo.get(("runtime", tp, cp, ranks // cp, pp))
-    if runtime is None:  # the ring spans `ranks`
+    if runtime is None:
         runtime = memo["runtime", tp, cp, ranks // cp, pp] = memory.runtime_bytes(tp, cp, ranks // cp, pp)
-    return runtime + workspace, logits, state, ckpt
+    return runtime
 
 
 _STATE_LAYOUTS = IdentityCache(64)  # a few jobs per process, many in a test session
@@ -395,13 +411,16 @@ class Tally:
     """What an OuterBlock's specs() lists, without listing it: how many outers per (v, ep,
     embedding_in_split, loss_in_split, recompute mode) (those are all summarize reads of an outer
     beside its classes and micro-batch), the sequence-parallel flags, ZeRO stages, v values and embedding /
-    loss slots that occur, each in order of first occurrence, and the first spec."""
+    loss slots that occur, each in order of first occurrence, and the first spec. `per_mode`:
+    of each (sp, ZeRO) mode that lists some outer, in order, (sp, zero, its first spec, its
+    counts): a count that reads the mode (_partition_tally) reads it once per mode, not per outer."""
 
     counts: dict
     sps: tuple
     zeros: tuple
     vslots: tuple  # (v, embedding_in_split, loss_in_split)
     first: tuple | None
+    per_mode: tuple = ()
 
     @property
     def outers(self) -> int:
@@ -411,9 +430,11 @@ class Tally:
     def of(cls, block_fields: tuple) -> "Tally":
         counts: dict = {}
         sps, zeros, vslots = {}, {}, {}
-        first = None
+        per_mode = []
         modes_left, vs, recompute, layouts, slots_of_v, paired, unpaired = block_fields
         for sp, zero, admitted in modes_left:
+            own: dict = {}  # this mode's counts
+            first = None  # this mode's first spec
             for v in vs:
                 if v not in admitted:
                     continue
@@ -426,9 +447,14 @@ class Tally:
                         if first is None:
                             first = (sp, zero, v, recompute[0], ep, etp, emb, loss)
                         for rc in recompute:  # the framework's recompute pattern reads the mode
-                            counts[v, ep, emb, loss, rc] = counts.get((v, ep, emb, loss, rc), 0) + 1
+                            own[v, ep, emb, loss, rc] = own.get((v, ep, emb, loss, rc), 0) + 1
                         sps[sp] = zeros[zero] = vslots[v, emb, loss] = None
-        return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first)
+            if first is not None:
+                per_mode.append((sp, zero, first, own))
+                for key, n in own.items():
+                    counts[key] = counts.get(key, 0) + n
+        first = per_mode[0][2] if per_mode else None
+        return cls(counts, tuple(sps), tuple(zeros), tuple(vslots), first, tuple(per_mode))
 
 
 def declared_blocks(inst: Instance, families: tuple[str, ...] = FAMILIES,
@@ -843,16 +869,47 @@ def _degree_values(inst: Instance, tpg: dict[int, int], cp: int, shapes, tps: tu
         replicas = sum(c.replicas for c in shapes)
         split = ("splits", _count_form(shapes, 1), replicas, uniform)
         if split not in memo:
-            memo[split] = ([b for b in s.micro_batch if gb % b == 0 and has_micro_batch_split(shapes, gb // b, uniform)]
-                           if s.micro_batch is not None else
-                           [d for d in divisors(gb) if (s.max_micro_batch is None or d <= s.max_micro_batch)
-                            and has_micro_batch_split(shapes, gb // d, uniform)])
+            memo[split] = splitting_sizes(shapes, gb, [b for b in s.micro_batch if gb % b == 0]
+                                          if s.micro_batch is not None else
+                                          [d for d in divisors(gb) if s.max_micro_batch is None or d <= s.max_micro_batch],
+                                          uniform)
         # of the replicas the modes read whether some rank shards or syncs (sharded_ranks)
         modes = ("sp zero", tps, cp, sharded_ranks(replicas, cp), _depths(shapes))
         if s.micro_batch is None and modes not in memo:
             memo[modes] = _sp_zero_values(inst, tpg, cp, shapes)
         memo[degrees] = (memo[split], None if s.micro_batch is not None else memo[modes])
     return memo[degrees]
+
+
+def splitting_sizes(shapes, global_batch: int, sizes: list[int], uniform: bool) -> list[int]:
+    """The micro-batch sizes of `sizes` (each dividing the global batch) whose micro-batches
+    split between the classes' replicas (has_micro_batch_split at v = 1), in order. Outside the
+    uniform baseline every size is read from one reachability mask, up to the largest rest:
+    the sums of the x_k's multiples are a set, and a longer mask holds the same sums below
+    (_representable's doublings, run once rather than per size: with search.idle_gpus
+    DeepSeek-V3 on 2,048 H800 read 2,048 count forms at 50 sizes each)."""
+    if uniform or not sizes:
+        return [b for b in sizes if has_micro_batch_split(shapes, global_batch // b, uniform)]
+    x, lo, _ = _count_form(shapes, 1)
+    base = sum(xk * lk for xk, lk in zip(x, lo))
+    rests = [global_batch // b - base for b in sizes]
+    reach = _reachable(x, max(rests))
+    return [b for b, rest in zip(sizes, rests) if rest >= 0 and reach >> rest & 1]
+
+
+def _reachable(x: tuple[int, ...], rest: int) -> int:
+    """The bit mask of every sum of non-negative multiples of the x_k up to `rest` (bit i set:
+    i is such a sum; 0 where rest < 0): _representable's mask."""
+    if rest < 0:
+        return 0
+    mask = (1 << (rest + 1)) - 1
+    reach = 1
+    for xk in x:
+        shift = xk
+        while shift <= rest:
+            reach = (reach | (reach << shift)) & mask
+            shift *= 2
+    return reach
 
 
 def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
@@ -888,35 +945,56 @@ def micro_batch_values(inst: Instance, tpg: dict[int, int], cp: int, shapes,
     # GPT-3 175B / 1,024 A100)
     facts = [(c.stage_groups[-1], tuple(set(c.stage_groups)), c.pp) for c in shapes]
 
-    # micro_batch_lower_bound_parts with ZeRO over `ranks`, its terms read from (and kept in)
-    # the memo it reads: the listing asks for 3,851 distinct terms on GPT-3 175B / 1,024 A100,
-    # each once, which its layers of calls and keys cost more than the sums themselves
-    terms_memo, layers = _lb_memo(inst), inst.model.layers
+    # every candidate read at once (fits_each: numpy over the candidates), then capped: with
+    # search.idle_gpus every replica count of a lone class is a layout of its own, and
+    # DeepSeek-V3 on 2,048 H800 read 102,767 distinct (layout, size) checks one at a time
+    fits = dict(zip(cands, fits_each(inst, tpg, cp, tuple(cands), sps, zeros, facts, ranks, capacity).tolist()))
+    return capped_micro_batches(cands, fits.__getitem__)
 
-    def parts(g: int, pp: int, b: int, sp: bool, z: int) -> tuple[float, float]:
-        key = (tpg[g], cp, pp, b, sp, z, ranks)
-        terms = terms_memo.get(key)
-        if terms is None:
-            terms = terms_memo[key] = _lower_bound_terms(inst, *key)
-        return _parts_of(terms, layers, pp)
 
-    def class_fits(fact, b: int, sp: bool, z: int) -> bool:
-        last, used, pp = fact
-        own = parts(last, pp, b, sp, z)  # the last stage's group is one of `used`: read once
-        return own[0] <= capacity[last] and (own[1] <= capacity[last] or any(
-            parts(g, pp, b, sp, z)[1] <= capacity[g] for g in used if g != last))
+def fits_each(inst: Instance, tpg: dict[int, int], cp: int, cands: tuple, sps, zeros, facts, ranks: int,
+              capacity: list) -> np.ndarray:
+    """Whether each micro-batch size of `cands` fits (micro_batch_values): for some sp flag and
+    ZeRO stage, every class's lower bound (micro_batch_lower_bound_parts, ZeRO over `ranks`)
+    fits on its last stage's group, and its fullest stage's on some group of the class (`facts`:
+    per class its last stage's group, its stages' groups, its depth). The sums are
+    _parts_of's, in its order, on float64 arrays: the same floats."""
+    memo, layers = _lb_memo(inst), inst.model.layers
+    parts: dict = {}  # (tp, pp, sp, zero) -> the two parts per candidate
 
-    def fits(b: int) -> bool:  # some (sp, ZeRO) with which every class fits: loops, not generators
-        for sp in sps:
-            for z in zeros:
-                for f in facts:
-                    if not class_fits(f, b, sp, z):
-                        break
-                else:
-                    return True
-        return False
+    def parts_of(g: int, pp: int, sp: bool, z: int) -> tuple:
+        key = (tpg[g], pp, sp, z)
+        got = parts.get(key)
+        if got is None:
+            ckpt, workspace, logits = _activation_arrays(inst, memo, cands, tpg[g], cp, sp)
+            state = _state_term(inst, memo, tpg[g], z, ranks)
+            every = _runtime_term(memo, tpg[g], cp, ranks, pp) + workspace
+            got = parts[key] = (every + (logits + state + ckpt), every + -(-layers // pp) * (state + ckpt))
+        return got
 
-    return capped_micro_batches(cands, fits)
+    fits = np.zeros(len(cands), dtype=bool)
+    for sp in sps:
+        for z in zeros:
+            every_class = np.ones(len(cands), dtype=bool)
+            for last, used, pp in facts:
+                own = parts_of(last, pp, sp, z)
+                fullest = own[1] <= capacity[last]
+                for g in used:
+                    if g != last:
+                        fullest |= parts_of(g, pp, sp, z)[1] <= capacity[g]
+                every_class &= (own[0] <= capacity[last]) & fullest
+            fits |= every_class
+    return fits
+
+
+def _activation_arrays(inst: Instance, memo: dict, cands: tuple, tp: int, cp: int, sp: bool) -> tuple:
+    """_activation_terms of each size of `cands`, as three float64 arrays, kept in `memo`."""
+    key = ("acts of", cands, tp, cp, sp)
+    got = memo.get(key)
+    if got is None:
+        rows = [_activation_terms(inst, memo, b, tp, cp, sp) for b in cands]
+        got = memo[key] = tuple(np.array(col, dtype=np.float64) for col in zip(*rows))
+    return got
 
 
 def virtual_stage_values(inst: Instance, shapes) -> list[int]:
@@ -1242,14 +1320,7 @@ def _representable(x: tuple[int, ...], rest: int) -> bool:
     Adding any multiple of x_k is closed in doublings: after shifts by x_k, 2 x_k, 4 x_k, ...
     the set holds S + {0, ..., 2^i - 1} x_k, so log2(rest / x_k) shifts suffice (one shift per
     step took rest / x_k steps: minutes at a global batch of 2^24)."""
-    mask = (1 << (rest + 1)) - 1
-    reach = 1
-    for xk in x:
-        shift = xk
-        while shift <= rest:
-            reach = (reach | (reach << shift)) & mask
-            shift *= 2
-    return bool(reach >> rest & 1)
+    return bool(_reachable(x, rest) >> rest & 1)
 
 
 def micro_batch_vectors(shapes, total: int, uniform: bool = False, v: int = 1,
@@ -1376,7 +1447,11 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
     per_block: dict[tuple, tuple[int, int]] = {}
     for n, b in weighted:
         if parts:
-            got = _block_summary(inst, b, _partition_tally(inst, b, tallied), dual, per_shape, splits, paired_of)
+            bk = _partitioned_block_key(b)
+            got = per_block.get(bk)
+            if got is None:
+                got = per_block[bk] = _block_summary(inst, b, _partition_tally(inst, b, tallied), dual,
+                                                     per_shape, splits, paired_of)
         else:
             degrees = tuple([(c.replicas, c.pp) for c in b.classes])
             bk = (degrees, b.micro_batch, id(b.tally))
@@ -1388,15 +1463,27 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
     return SpaceSummary(outer_configs=outers, plans_total=total)
 
 
+def _partitioned_block_key(b: OuterBlock) -> tuple:
+    """All summarize_blocks reads of block b with per-operator partitions: as without them
+    (degrees, micro-batch size, tally), plus the tp per choice that the layer-plan combinations
+    read (_partition_tally). Row 3 of issue 33 (32 + 32 GPUs with partitions) summed 13,450
+    blocks one by one."""
+    return tuple([(c.replicas, c.pp) for c in b.classes]), b.micro_batch, id(b.tally), _choice_tps(b)
+
+
 def _tallied_summary(inst: Instance, b: OuterBlock, degrees: tuple, dual: bool, per_shape: dict, splits: dict,
                      paired_of: dict) -> tuple[int, int]:
     """(outers, plans) of block b without partitions (summarize_blocks): its tally's weights
     (_tally_weights) times the micro-batch vectors of its count at each (v, paired). Integer
     sums, so regrouping _block_summary's per-outer products changes no digit."""
-    wk = ("weights", degrees, id(b.tally))  # the tally is alive through summarize_blocks' call
+    wk = ("weights of", degrees, id(b.tally))  # the tally is alive through summarize_blocks' call
     got = per_shape.get(wk)
-    if got is None:
-        got = per_shape[wk] = _tally_weights(inst, b, dual, splits, paired_of)
+    if got is None:  # read once per what the weights read (_weights_key)
+        dk = _weights_key(degrees, b)
+        got = per_shape.get(dk)
+        if got is None:
+            got = per_shape[dk] = _tally_weights(inst, b, dual, splits, paired_of)
+        per_shape[wk] = got
     outers, weights = got
     count = inst.job.global_batch // b.micro_batch
     total = 0
@@ -1407,6 +1494,14 @@ def _tallied_summary(inst: Instance, b: OuterBlock, degrees: tuple, dual: bool, 
             vectors = per_shape[vk] = count_micro_batch_splits(b.classes, count, False, v, paired)
         total += vectors * weight
     return outers, total
+
+
+def _weights_key(degrees: tuple, b: OuterBlock) -> tuple:
+    """All _tally_weights reads of block b: its classes' depths and its tally (alive through
+    summarize_blocks' call). With search.idle_gpus each replica count of a lone class is a
+    layout of its own: DeepSeek-V3 on 2,048 H800 read 9,099 (degrees, tally) pairs, 1,866
+    (depths, tally)."""
+    return "weights", tuple([pp for _, pp in degrees]), id(b.tally)
 
 
 def _tally_weights(inst: Instance, b: OuterBlock, dual: bool, splits: dict, paired_of: dict) -> tuple[int, dict]:
@@ -1457,27 +1552,25 @@ def _partition_tally(inst: Instance, b: OuterBlock, memo: dict) -> dict:
     """Tally.counts of block b with each outer counted as its layer-plan combinations
     (partition_count): the block fixes the tp of each (class, group) choice, and the count reads
     beside it only the outer's ZeRO stage and sp flag, so one outer is built per (tp per
-    choice, ZeRO, sp) of the blocks (`memo`); the loops are specs()'."""
+    choice, ZeRO, sp) of the blocks (`memo`), the first specs() lists with them (Tally.per_mode:
+    of a mode listed twice, only the first that lists some outer has a first spec), and each
+    mode's counts are weighted by it."""
     from paraplan.solver.class_partitions import partition_count  # layer plans only (issue 33)
-    tps = tuple(b.tp_of(g) for c in b.classes for g in sorted(set(c.stage_groups)))
+    tps = _choice_tps(b)
     out: dict[tuple, int] = {}
-    for sp, zero, admitted in b.modes_left:
+    for sp, zero, first, counts in b.tally.per_mode:
         pc = memo.get((tps, zero, sp))
         if pc is None:
-            spec = next((x for x in b.specs() if x[:2] == (sp, zero)), None)
-            if spec is None:
-                continue
-            pc = memo[tps, zero, sp] = partition_count(inst, b.outer(*spec))
-        for v in b.vs:
-            if v not in admitted:
-                continue
-            for ep, _ in b.layouts[sp]:
-                if v == 1 and b.unpaired and b.paired[ep]:
-                    continue
-                for emb, loss in b.slots_of_v[v]:
-                    for rc in b.recompute:
-                        out[v, ep, emb, loss, rc] = out.get((v, ep, emb, loss, rc), 0) + pc
+            pc = memo[tps, zero, sp] = partition_count(inst, b.outer(*first))
+        for key, n in counts.items():
+            out[key] = out.get(key, 0) + n * pc
     return out
+
+
+def _choice_tps(b: OuterBlock) -> tuple:
+    """The tp of each (class, group) choice of block b: all partition_count reads of the block
+    beside an outer's ZeRO stage and sp flag (_partition_tally)."""
+    return tuple(b.tp_of(g) for c in b.classes for g in sorted(set(c.stage_groups)))
 
 
 def one_group_outers(inst: Instance) -> list[Outer]:
