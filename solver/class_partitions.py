@@ -85,7 +85,8 @@ from paraplan.cost.class_coefficients import class_layer_fn, on_group
 from paraplan.cost.objective import capped_memory, scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAFETY, coupled_above,
-                                               memory_infeasible, stage_levels, tight_class_terms)
+                                               memory_infeasible, stage_levels, tight_class_terms,
+                                               tight_class_terms_of_blocks)
 from paraplan.solver.bounds.plan_bottleneck import (group_steps, group_sums, held_chunks, least_levels_picked,
                                                     least_sums_picked, level_front, sync_levels)
 from paraplan.solver.bounds.batched import relaxed_s
@@ -1014,12 +1015,25 @@ class OuterChoices:
     def _opt_terms(self, k: int):
         """(A, S, D) of class k at its optimistic coefficients, arrays (1, scenarios)."""
         if k not in self._opt_cache:
-            key = ("optimistic terms", tuple(self._class_key(si, k) for si in range(len(self.scenarios))))
+            key = self._opt_terms_key(k)
             got = self.memo.get(key)
             if got is None:
-                got = self.memo[key] = self._class_terms(k, [], {}, np.zeros((1, 0), int), {}, self.opt)[:3]
+                read, arrays = self._opt_blocks(k)
+                got = self.memo[key] = _scenario_terms(arrays, [tight_class_terms(a, *read) for a in arrays],
+                                                       read[0])[:3]
             self._opt_cache[k] = got
         return self._opt_cache[k]
+
+    def _opt_terms_key(self, k: int) -> tuple:
+        """The memo's key of _opt_terms(k): what class k's optimistic builds read."""
+        return ("optimistic terms", tuple(self._class_key(si, k) for si in range(len(self.scenarios))))
+
+    def _opt_blocks(self, k: int) -> tuple[tuple, list[dict]]:
+        """((L, v, full recompute), its arrays per scenario position): what _opt_terms(k)
+        gives tight_class_terms, one row each (_class_terms with no member)."""
+        read = (self.inst.model.layers, self.o.virtual_stages, self.inst.search.full_recompute)
+        return read, [self._class_arrays(k, [], {}, np.zeros((1, 0), int), {}, self.opt, si)
+                      for si in range(len(self.scenarios))]
 
     def _class_arrays(self, k: int, members: list, kept: dict, picks: np.ndarray, priced, base, si: int):
         """The stage arrays (one_class.TIGHT_ARRAYS, each (choices, pp)) of class k on scenario
@@ -1053,17 +1067,9 @@ class OuterChoices:
         scenarios): the slowest stage, the sum of the stages and the slowest sync of any split
         that fits memory (tight_class_terms), and whether one can, vectorised over the choices."""
         L, v = self.inst.model.layers, self.o.virtual_stages
-        A, Sm, D = [], [], []
-        for si in range(len(self.scenarios)):
-            arrays = self._class_arrays(k, members, kept, picks, priced, base, si)
-            tau, sigma, delta, fits = tight_class_terms(arrays, L, v, self.inst.search.full_recompute)
-            if "layer_drain_saving_s" in arrays:
-                # under torch's zero-bubble schedules the sum term reads the passes T_s - k W_s
-                # (one_class.drain_credit_s): sum_s n_s k w t_s <= L max_s k w t_s, per choice;
-                # the pacing rows (v m - 1) T_s + k W_s stay above (v m - 1) max T
-                sigma = sigma - L * arrays["layer_drain_saving_s"].max(axis=1)
-            A.append(tau), Sm.append(sigma), D.append(delta)
-        return np.array(A).T, np.array(Sm).T, np.array(D).T, fits
+        arrays = [self._class_arrays(k, members, kept, picks, priced, base, si) for si in range(len(self.scenarios))]
+        return _scenario_terms(arrays, [tight_class_terms(a, L, v, self.inst.search.full_recompute)
+                                        for a in arrays], L)
 
     def _linked_now(self, node: "Subset", cut: float = math.inf) -> float:
         """_linked of `node`, read when it comes up: kept from an earlier call, or read now, and
@@ -1320,6 +1326,43 @@ class OuterChoices:
         if p.objective == "max":
             return per.max(-1) * (1 - FLOAT_SAFETY)
         return per @ np.asarray(p.weights) * (1 - FLOAT_SAFETY)
+
+
+def read_optimistic_terms(outers: list[OuterChoices]) -> None:
+    """_opt_terms of every class of `outers` (each optimistic() first), read into the memo in
+    one tight_class_terms_of_blocks call per (L, v, full recompute): the same floats as one
+    call each (each row's own, tests/partition/test_parts14_opt_terms_batch.py). On the
+    three-type, two-site row about 3,000 of these reads carry one row of 4-16 stages, most of
+    their cost numpy's per call; the search reads the outers of a node split by its syncs
+    here, each before it comes up (search._LayerPlans' key reads them from the memo)."""
+    groups: dict = {}
+    for ch in outers:
+        for k in range(len(ch.o.classes)):
+            key = ch._opt_terms_key(k)
+            if k in ch._opt_cache or key in ch.memo:
+                continue
+            read, arrays = ch._opt_blocks(k)
+            groups.setdefault(read, {}).setdefault(key, (ch.memo, arrays))
+    for (L, v, full), by_key in groups.items():
+        terms = iter(tight_class_terms_of_blocks([a for _, arrays in by_key.values() for a in arrays], L, v, full))
+        for key, (memo, arrays) in by_key.items():
+            memo[key] = _scenario_terms(arrays, [next(terms) for _ in arrays], L)[:3]
+
+
+def _scenario_terms(arrays: list[dict], terms: list[tuple], L: int) -> tuple:
+    """(A, S, D, fits) of one class's choices from its arrays and tight_class_terms per
+    scenario position (_class_terms): arrays (choices, scenarios), the sum term less the drain
+    credit under a zero-bubble schedule, and whether a choice fits (memory is priced on the
+    first scenario, so every scenario's fits are the same)."""
+    A, Sm, D = [], [], []
+    for a, (tau, sigma, delta, _) in zip(arrays, terms):
+        if "layer_drain_saving_s" in a:
+            # under torch's zero-bubble schedules the sum term reads the passes T_s - k W_s
+            # (one_class.drain_credit_s): sum_s n_s k w t_s <= L max_s k w t_s, per choice;
+            # the pacing rows (v m - 1) T_s + k W_s stay above (v m - 1) max T
+            sigma = sigma - L * a["layer_drain_saving_s"].max(axis=1)
+        A.append(tau), Sm.append(sigma), D.append(delta)
+    return np.array(A).T, np.array(Sm).T, np.array(D).T, terms[-1][3]
 
 
 def all_partitions(inst, o, placed, co: list, net: NetEfficiency = NetEfficiency()):

@@ -147,6 +147,9 @@ FLOOR_AT_LEAST_S = 0.25
 LATE_KEYS_S = 0.1
 # outers whose layer-plan combinations are set up at a time (each takes a few builds)
 PLANS_CHUNK = 64
+# outers whose layer-plan choices _Search._read_ahead sets up at once, their optimistic terms
+# read in one batch
+READ_AHEAD = 32
 # Largest split (stages x chunks) handed to the exact split DP (formulations/split_dp.py). Its
 # tables take about 95 bytes a cell (measured: 62 MiB at 0.64M cells, 595 MiB at 6.4M) and are
 # built before its clock is read, so a million layers on 1,024 stages (10^9 cells) took
@@ -1170,6 +1173,8 @@ class _Search:
         self.floor_by = t0 + max(time_limit_s, FLOOR_AT_LEAST_S)
         self.placements: dict = {}  # shared by the configurations (problem_for)
         self.plan_memo: dict = {}  # the layer-plan classes' builds (class_partitions.OuterChoices._class_key)
+        self.ahead: dict = {}  # per outer, its _optimistic_choices read ahead (_read_ahead); None: read
+        self.waiting: list = []  # heap of (key, outer) of the nodes split by their syncs (_read_ahead)
         self.partitions = partitions_enabled(inst)
         self.floor_memo = lazy.memo if lazy is not None else {}  # the stage floors (unpriced.floor_bounds_s's memo)
         self.floor = []  # each outer's bound before pricing (_first_nodes, list_partials)
@@ -1470,13 +1475,40 @@ class _Search:
             keys = cand.tighten(self)
             if any(lb > cand.key[0] for lb in keys):
                 for i, lb in zip(cand.outers, keys):
-                    self._push(self._kept([_PlanNode([i], (lb, -1, -1), self._plan_count(i), synced=True)]))
+                    kept = self._kept([_PlanNode([i], (lb, -1, -1), self._plan_count(i), synced=True)])
+                    self._push(kept)
+                    if kept:
+                        heapq.heappush(self.waiting, (kept[0].key, i))
                 return
+        self._read_ahead(cand.outers)
         for i in cand.outers:
             lp = _layer_plans(self.inst, self.outers[i], self.rank[i], self.objective, self.placements, self.uniform,
-                              self.res, self.plan_memo)
+                              self.res, self.plan_memo, self.ahead[i])
+            self.ahead[i] = None  # read: a node of it again sets it up afresh
             if lp is not None:
                 self._push([lp])
+
+    def _read_ahead(self, outers: list[int]) -> None:
+        """The layer-plan choices of `outers` (expanded now) and of the next READ_AHEAD nodes
+        split by their syncs (in the order of their keys, as they come up, while they can win)
+        set up with their optimistic builds, and their classes' optimistic terms read in one
+        batch (class_partitions.read_optimistic_terms; one at a time, about 3,000 reads of one
+        row each on the three-type, two-site row), kept in `ahead` for _layer_plans: the heap
+        and every key are as without them. A node pruned before it comes up leaves its builds
+        unread (the bar fell in between)."""
+        from paraplan.solver import class_partitions  # a search over layer plans only
+        new = [i for i in outers if i not in self.ahead]
+        while new and self.waiting and len(new) < READ_AHEAD:
+            key, j = heapq.heappop(self.waiting)
+            if self.can_win(key) and j not in self.ahead and j not in new:
+                new.append(j)
+        for i in new:
+            self.ahead[i] = _optimistic_choices(self.inst, self.outers[i], self.objective, self.placements,
+                                                self.uniform, self.plan_memo)
+        class_partitions.read_optimistic_terms([self.ahead[i][0] for i in new if self.ahead[i][1]])
+        for i in outers:  # (one set up before and read since: afresh)
+            self.ahead[i] = self.ahead[i] or _optimistic_choices(self.inst, self.outers[i], self.objective,
+                                                                 self.placements, self.uniform, self.plan_memo)
 
     # -- listing partial layouts (lazy) ------------------------------------------------------
 
@@ -2128,22 +2160,33 @@ def _priced_may_win(cands: list[_Candidate], upper_s: float) -> list[_Candidate]
 
 
 def _layer_plans(inst: Instance, o: ClassOuter, i: int, objective: str, placements: dict,
-                 uniform: bool, res: SolveResult, memo: dict | None = None) -> _LayerPlans | None:
+                 uniform: bool, res: SolveResult, memo: dict | None = None,
+                 ahead: tuple | None = None) -> _LayerPlans | None:
     """The layer-plan combinations of outer `o` (index i) as one branch-and-bound node, or None
     when there are none beyond all-Megatron or none fits memory (counted in `res`). `memo`: the
-    search's, shared by the outers' classes (class_partitions.OuterChoices)."""
+    search's, shared by the outers' classes (class_partitions.OuterChoices). `ahead`: its
+    _optimistic_choices, set up before (_Search._read_ahead)."""
+    ch, fits = ahead or _optimistic_choices(inst, o, objective, placements, uniform, memo)
+    if ch.total == 1:
+        return None
+    if not fits:  # a class fits no split: no combination does
+        res.pruned_by_memory += ch.total - 1
+        return None
+    return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
+
+
+def _optimistic_choices(inst: Instance, o: ClassOuter, objective: str, placements: dict, uniform: bool,
+                        memo: dict | None) -> tuple:
+    """(the layer-plan choices of outer `o`, whether every class fits some split at their
+    optimistic builds (OuterChoices.optimistic with stop_unfit; not read where there is no
+    choice beyond all-Megatron))."""
     from paraplan.solver import class_partitions  # a search over layer plans only
     idx, _, _ = scenario_weights(inst, objective)
     ch = class_partitions.OuterChoices(inst, o, idx, placer(inst, o, placements),
                                        class_outers(inst.job, o),
                                        lambda coeffs: problem_of(inst, o, objective, coeffs, prescaled=True),
                                        uniform, memo=memo)
-    if ch.total == 1:
-        return None
-    if ch.optimistic(stop_unfit=True) is None:  # a class fits no split: no combination does
-        res.pruned_by_memory += ch.total - 1
-        return None
-    return _LayerPlans(ch, (ch.optimistic_bound(), i, 1), inst, objective, uniform)
+    return ch, ch.total > 1 and ch.optimistic(stop_unfit=True) is not None
 
 
 def fewest_classes(inst: Instance, plan: Plan, objective: str,
