@@ -91,7 +91,7 @@ def price_with(row: dict, params: MoeParams) -> moe_anchors.AnchorPrice:
 
 
 def log_error_pricer(row: dict) -> Callable[[], float]:
-    """_log_error(price_with(row, ·)) under the MoeParams in force, the same float, as a
+    """log_error(price_with(row, ·)) (tests/oracles/cost.py) under the MoeParams in force, the same float, as a
     function to call once per grid point: the row read once (moe_anchors.pricer), and each call
     reads only the iteration time (simulate.iter_time_s), not simulate's whole breakdown, of
     which the fit reads one number (issue 32). Model TFLOP/s per GPU as simulate's breakdown
@@ -120,7 +120,7 @@ def _reads(row: dict, name: str) -> bool:
 
 
 def grid_log_errors(rows: Sequence[dict]) -> np.ndarray:
-    """log errors (_log_error) of every row at every grid point: shape (rows, *grid sizes)."""
+    """log errors (tests/oracles/cost.log_error) of every row at every grid point: shape (rows, *grid sizes)."""
     shape = tuple(len(GRID[n]) for n in NAMES)
     out = np.empty((len(rows),) + shape)
     for k, row in enumerate(rows):

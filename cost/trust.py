@@ -55,7 +55,8 @@ so are the levels and fitted dies of the rows it is built from (a left-out famil
 nothing). A plan in unvalidated territory gets the wider band on its slow side: the rows three
 or more features from the others' runs erred so.
 
-Planning under that uncertainty (`quantile_factor`, `search.objective` / `plan --objective`):
+Planning under that uncertainty (`quantile_factor`, its full reading in tests/oracles/cost.py;
+`search.objective` / `plan --objective`):
 the objective pNN of a configuration is its predicted time times exp(-r_(1 - NN/100)) at its
 level, the time it stays under in NN% of the out-of-sample residuals. The factor depends on what
 the configuration uses (ZeRO stage, cp, pp) and the instance, and on the plan's memory fill,

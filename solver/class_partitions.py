@@ -463,7 +463,8 @@ class OuterChoices:
         at most its own (tight_class_terms, coupled_above and batched.relaxed_s are
         non-decreasing in every array), so a span left whole holds only combinations above
         `cut`: where the least is at most `cut` it is the same float as with every kept group
-        split (_class_kept_groups, tests/partition/test_parts10_coarse_spans.py), and above it
+        split (tests/oracles/class_partitions.class_kept_groups,
+        tests/partition/test_parts10_coarse_spans.py), and above it
         the value is above it too. On the three-type, two-site row 449 of the 500 roots the
         re-key drops are dropped on their spans, none of their groups built (span builds
         16,624 -> 8,000)."""
@@ -653,7 +654,7 @@ class OuterChoices:
     def _plan_groups(self, x) -> tuple:
         """(per scenario the table and its plans' rows, each plan's replicated parameters, their
         distinct values ascending, the first round's spans of those values) of choice x
-        (_class_kept_groups)."""
+        (tests/oracles/class_partitions.class_kept_groups)."""
         per = []
         for ginst, site, _ in self._where(*x):
             table = P.table_for(ginst, self.cg[x], site, self.net)
@@ -667,7 +668,7 @@ class OuterChoices:
 
     def _span_coeffs(self, x, per: list, rep: np.ndarray, values: np.ndarray, a: int, b: int) -> list:
         """Class k's coefficients per scenario with choice x = (k, g) at the optimistic terms of
-        its plans whose replicated parameters are values[a:b] (_kept_groups)."""
+        its plans whose replicated parameters are values[a:b] (tests/oracles/class_partitions.kept_groups)."""
         k, g = x
         key = ("split", tuple(self._class_key(si, k) for si in range(len(self.scenarios))), g,
                float(values[a]), float(values[b - 1]))

@@ -470,7 +470,7 @@ def problem_of(inst: Instance, o: ClassOuter, objective: str, coeffs,
 
 def priced_for(inst: Instance, o: ClassOuter, objective: str, placements: dict | None = None,
                partitions: tuple | None = None) -> tuple:
-    """problem_for's coefficients [scenario][class] as build prices them, before problem_of
+    """problem_for's (tests/oracles/search.py) coefficients [scenario][class] as build prices them, before problem_of
     scales their times and caps their memory: they do not read the memory tier
     (search.memory_fill_cap), so the brute force prices them once for every tier
     (solver/exhaustive.py)."""

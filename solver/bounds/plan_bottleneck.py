@@ -21,7 +21,8 @@ within Z read its own group's plan), so some combination holds L // v chunks wit
 with C_g^p(Z) the chunks group g's stages hold within Z under plan p (-inf where one of them
 holds none). Each max_p C_g^p is a non-decreasing step function of Z (`group_steps`, a step per
 chunk count at most); the least Z at which their sum reaches L // v is one of their steps
-(`least_levels`). That is the least tau* over the combinations, exactly: it is at most each
+(`least_levels`, the full reading in tests/oracles/bounds.py).
+That is the least tau* over the combinations, exactly: it is at most each
 combination's tau*, and so at most the slowest stage of every split of every combination that
 fits memory (one_class's module docstring); inf exactly where no combination fits.
 
@@ -29,7 +30,7 @@ The sum. The stages' sum of a split is sum_s tau_s(n_s) at least; a group's stag
 chunks together pay at least the least such sum under their own plan (`group_sums`: each stage's
 first chunk and the c - stages least increments of its levels, exact as tau_s is convex), and
 the least over the combinations is the least over the groups' counts summing to L // v of their
-least sums (`least_sums`, min-plus over the groups): at most every combination's sum over every
+least sums (`least_sums` there, min-plus over the groups): at most every combination's sum over every
 split in whole chunks that fits. On the three-type, two-site row the buckets' optimistic sum
 (one_class's sigma*, continuous) was 0.1-1.6% under it.
 

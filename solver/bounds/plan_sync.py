@@ -213,7 +213,7 @@ def _aggregate(d: list[float], agg: str, w: np.ndarray) -> float:
 
 
 def _sync_key(o, i: int) -> tuple:
-    """least_sync_s' key of outer `o` on scenario i: what its floors' keys read of `o` (each
+    """least_sync_s' (tests/oracles/bounds.py) key of outer `o` on scenario i: what its floors' keys read of `o` (each
     class's groups and replicas, the tp per group, cp, the micro-batch, the sequence-parallel
     flag, the recompute mode, ZeRO and whether v is 1: _floors_key, ring_shape), and ep, etp
     (an MoE outer is not read: applies). Outers that differ in v beyond that, or in their

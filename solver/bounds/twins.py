@@ -67,7 +67,7 @@ def _plain(o: ClassOuter) -> bool:
 
 
 def twin_key(o: ClassOuter):
-    """The lone_key of the one-class configuration that bounds `o` below (module docstring),
+    """The lone_key (tests/oracles/bounds.py) of the one-class configuration that bounds `o` below (module docstring),
     or None where `o` is not twins the claim covers: >= 2 classes, each one stage on one group,
     with no per-stage degrees."""
     if len(o.classes) < 2 or not _plain(o):
