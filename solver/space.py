@@ -173,8 +173,9 @@ def micro_batch_lower_bound_parts(inst: Instance, *, tp: int, cp: int, pp: int, 
         inst.model.layers, pp)
 
 
-def _parts_of(terms: tuple[float, float, float, float], layers: int, pp: int) -> tuple[float, float]:
-    """micro_batch_lower_bound_parts of its terms (micro_batch_lower_bound_terms)."""
+def _parts_of(terms: tuple, layers: int, pp: int) -> tuple:
+    """micro_batch_lower_bound_parts of its terms (micro_batch_lower_bound_terms): floats, or
+    numpy arrays of several micro-batch sizes (fits_each), summed alike."""
     every_stage, logits, state, ckpt = terms
     last_stage = logits + state + ckpt
     fullest_stage = -(-layers // pp) * (state + ckpt)
@@ -957,8 +958,8 @@ def fits_each(inst: Instance, tpg: dict[int, int], cp: int, cands: tuple, sps, z
     """Whether each micro-batch size of `cands` fits (micro_batch_values): for some sp flag and
     ZeRO stage, every class's lower bound (micro_batch_lower_bound_parts, ZeRO over `ranks`)
     fits on its last stage's group, and its fullest stage's on some group of the class (`facts`:
-    per class its last stage's group, its stages' groups, its depth). The sums are
-    _parts_of's, in its order, on float64 arrays: the same floats."""
+    per class its last stage's group, its stages' groups, its depth). The sums are _parts_of
+    itself, read on float64 arrays of the sizes: the same floats."""
     memo, layers = _lb_memo(inst), inst.model.layers
     parts: dict = {}  # (tp, pp, sp, zero) -> the two parts per candidate
 
@@ -969,7 +970,7 @@ def fits_each(inst: Instance, tpg: dict[int, int], cp: int, cands: tuple, sps, z
             ckpt, workspace, logits = _activation_arrays(inst, memo, cands, tpg[g], cp, sp)
             state = _state_term(inst, memo, tpg[g], z, ranks)
             every = _runtime_term(memo, tpg[g], cp, ranks, pp) + workspace
-            got = parts[key] = (every + (logits + state + ckpt), every + -(-layers // pp) * (state + ckpt))
+            got = parts[key] = _parts_of((every, logits, state, ckpt), layers, pp)  # on arrays
         return got
 
     fits = np.zeros(len(cands), dtype=bool)
