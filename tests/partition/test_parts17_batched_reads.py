@@ -1,0 +1,107 @@
+"""The layer-plan node's expansion read in fewer calls (solver/class_partitions.OuterChoices.
+_bucketed, _linked_reads; issue 33, row 4).
+
+Each is checked against the reading it replaces, computed here as the code before read it:
+- _bucketed bounds every class's buckets in one _bounded_many read; the code before bounded
+  each choice's alone (_bounded: its buckets' rows, every other stage at the optimistic
+  build). On every layer-plan outer of tiny-2types at tp 4 and of the two-site instance with a
+  Llama-3 70B-wide layer, for the root's buckets and the first children's (each level's size,
+  and single plans), at no cut and at cuts around the optimistic bound: the same surviving
+  buckets in the same order and the very coefficient objects kept. A planted fault (each
+  choice's buckets read on another group's stages) changes some answer.
+- _least_levels_both reads the slowest stage's and the slowest sync's least levels in one
+  least_levels_picked call; on random stage levels and picks (test_node6_expansion's
+  generator) it equals the two calls float for float, and a planted fault (the second's rows
+  picking the first's entries) changes some answer.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_node6_expansion import _random_entries  # noqa: E402
+from test_partitions_lazy import _choices_of, tiny2  # noqa: E402
+from test_plan_sync import CASES, two_sites  # noqa: E402
+
+from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels_picked  # noqa: E402
+from paraplan.solver.class_partitions import LEVELS, Listing, _least_levels_both  # noqa: E402
+
+
+def _bucketed_alone(ch, node, cut, size, rotate=False):
+    """_bucketed as the code before read it: each choice's buckets bounded alone (_bounded).
+    `rotate`: the planted fault, each choice's buckets bounded on the next choice's group."""
+    tokens, store, mega = {}, {}, {}
+    groups = [x[1] for x in ch.keys]
+    for i, (x, plans) in enumerate(zip(ch.keys, node.sets)):
+        mega[x] = plans[0] == 0
+        mine = plans[1:] if mega[x] else plans
+        buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]
+        ch._price_buckets(x, buckets)
+        coeffs = [ch._coeffs(x, bk) for bk in buckets]
+        g = groups[(i + 1) % len(groups)] if rotate else x[1]
+        ok = ch._bounded(x[0], g, coeffs, cut) if coeffs else []
+        tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
+        store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
+    return tokens, store, mega
+
+
+def _same(got, want) -> bool:
+    (t1, s1, m1), (t2, s2, m2) = got, want
+    return t1 == t2 and m1 == m2 and list(s1) == list(s2) and all(s1[k] is s2[k] for k in s1)
+
+
+def _nodes(ch):
+    """(node, size) pairs to bucket: the root at the first level's size, and the root's first
+    children at the next level's and as single plans."""
+    root = ch._root(Listing())
+    out = [(root, LEVELS[0])]
+    kids = ch.expand(math.inf, None).nodes[:3]
+    for _, kid in kids:
+        out += [(kid, LEVELS[1]), (kid, 1)]
+    return out
+
+
+def test_bucketed_bounds_each_class_in_one_read_as_each_choice_alone():
+    checked = faults = dropped = multi = 0
+    for inst in (tiny2((8, 8), (4,), 8, 32), two_sites(*CASES[1][:5], CASES[1][5])):
+        for o, ch in _choices_of(inst)[:12]:
+            if ch.optimistic(stop_unfit=True) is None:
+                continue
+            root = ch.optimistic_bound()
+            multi += len(ch.keys) > 1
+            for node, size in _nodes(ch):
+                for cut in (math.inf, root, root * 1.01, root * 1.05):
+                    got = ch._bucketed(node, cut, size, None)
+                    want = _bucketed_alone(ch, node, cut, size)
+                    assert _same(got, want)
+                    kept = sum(len(t) for t in got[0].values())
+                    listed = sum(len(s) - (s[0] == 0) for s in node.sets)
+                    dropped += kept < math.ceil(listed / size)
+                    if len(ch.keys) > 1:
+                        faults += not _same(got, _bucketed_alone(ch, node, cut, size, rotate=True))
+                    checked += 1
+    assert checked >= 40 and multi > 0 and dropped > 0 and faults > 0
+
+
+def test_least_levels_both_equal_two_calls_float_for_float():
+    faults = finite = 0
+    for seed in range(60):
+        per, picks, need = _random_entries(seed)
+        first = [[group_steps(lv) for lv in e] for e in per]
+        # a second set of entries of the same columns: the levels shifted and reordered
+        second = [[(z * 1.5 + 0.25, c) for z, c in reversed(col)] for col in first]
+        tau, delta = _least_levels_both(first, second, picks, need)
+        want_tau = least_levels_picked(first, picks, need)
+        want_delta = least_levels_picked(second, picks, need)
+        assert tau.tobytes() == want_tau.tobytes() and delta.tobytes() == want_delta.tobytes()
+        finite += np.isfinite(tau).sum() + np.isfinite(delta).sum()
+        # planted fault: the second's rows pick the first's entries (no offset)
+        both = least_levels_picked([a + b for a, b in zip(first, second)], np.vstack([picks, picks]), need)
+        faults += both[len(picks):].tobytes() != want_delta.tobytes()
+    assert finite > 0 and faults > 0
