@@ -69,6 +69,7 @@ against the incumbent by the exact DP with a cutoff before it is solved.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 import time
@@ -407,25 +408,10 @@ class OuterChoices:
         a weighted objective, a zero-bubble schedule (its drain credit, read at savings below
         a plan's, could be smaller than the plan's), or a node with a bucket not priced yet
         (none is priced for it). optimistic() first."""
-        S = len(self.scenarios)
         out = np.full(len(nodes), -math.inf)
-        p = self.problem
-        if len(self.o.classes) != 1 or p.objective == "weighted" or self.opt[0, 0].layer_drain_saving_s.size:
-            return out
-        at, rows = [], []
-        for r, node in enumerate(nodes):
-            if node is None:
-                rows += [self.opt[si, 0] for si in range(S)]
-            elif all(not any(e) or (0, x[1], tuple(q for q in e if q)) in self.priced
-                     for x, e in zip(self.keys, node.sets)):
-                store = self._node_store(0, dict(zip(self.keys, node.sets)))
-                rows += [_assemble(self.meg[si, 0], [(self.masks[x], store[0, x[1], e][si])
-                                                     for x, e in zip(self.keys, node.sets)]) for si in range(S)]
-            else:
-                continue
-            at.append(r)
+        at, rows = _floor_rows(self, nodes)
         if rows:
-            out[at] = priced_bounds_s(rows, p.allow_full_recompute).reshape(-1, S).max(1)
+            out[at] = priced_bounds_s(rows, self.problem.allow_full_recompute).reshape(-1, len(self.scenarios)).max(1)
         return out
 
     def forget(self, node: "Subset") -> None:
@@ -1404,4 +1390,78 @@ def _least_levels_both(first: list, second: list, picks: np.ndarray, need: int) 
     offsets = np.array([len(col) for col in first], int)
     got = least_levels_picked([a + b for a, b in zip(first, second)], np.vstack([picks, picks + offsets]), need)
     return got[:len(picks)], got[len(picks):]
+
+
+def _floor_rows(ch: OuterChoices, nodes: list) -> tuple[list[int], list]:
+    """OuterChoices.priced_floors' rows: (the positions in `nodes` it reads, and their
+    coefficients, one per scenario position each: the root's optimistic ones, or a node's
+    class assembled from _node_store); none where it does not apply."""
+    S, p = len(ch.scenarios), ch.problem
+    if len(ch.o.classes) != 1 or p.objective == "weighted" or ch.opt[0, 0].layer_drain_saving_s.size:
+        return [], []
+    at, rows = [], []
+    for r, node in enumerate(nodes):
+        if node is None:
+            rows += [ch.opt[si, 0] for si in range(S)]
+        elif all(not any(e) or (0, x[1], tuple(q for q in e if q)) in ch.priced for x, e in zip(ch.keys, node.sets)):
+            store = ch._node_store(0, dict(zip(ch.keys, node.sets)))
+            rows += [_assemble(ch.meg[si, 0], [(ch.masks[x], store[0, x[1], e][si])
+                                               for x, e in zip(ch.keys, node.sets)]) for si in range(S)]
+        else:
+            continue
+        at.append(r)
+    return at, rows
+
+
+ROOT_FLOORS_AHEAD = 32  # roots whose priced floors root_floor reads in one call, at most
+# the search memo's keys (OuterChoices.memo): the roots listed by list_root, a heap by key; the
+# floors read ahead, by the outer's id (with the outer); the ids of the roots read
+_ROOTS, _FLOORS, _READ = ("roots listed",), ("root floors read ahead",), ("root floors read",)
+
+
+def list_root(ch: OuterChoices, key: tuple) -> None:
+    """Lists the root of `ch` (set up, its priced floor not read), keyed by its search key, for
+    root_floor to read its floor ahead with another's."""
+    heapq.heappush(ch.memo.setdefault(_ROOTS, []), (key, id(ch), ch))
+
+
+def root_floor(ch: OuterChoices, cut: float) -> float:
+    """ch.priced_floors([None])[0], as its root comes up: read ahead with another root's (kept
+    until it comes up), or read now with those of up to ROOT_FLOORS_AHEAD - 1 roots listed
+    (list_root) whose keys are at most `cut`, least keys first, in one priced_bounds_s call:
+    each row's own floats (test_parts17_root_floors.py). A root keyed at most the bar comes
+    up unless the bar falls below its key first (the heap pops least keys first), so few of
+    these reads are wasted: none on the three-type, two-site row, whose 590 roots' floors were
+    read one call each (fill_drain's work per call was most of their cost)."""
+    kept, done = ch.memo.setdefault(_FLOORS, {}), ch.memo.setdefault(_READ, set())
+    got = kept.pop(id(ch), None)
+    if got is not None and got[0] is ch:
+        return got[1]
+    heap, batch = ch.memo.get(_ROOTS, []), [ch]
+    done.add(id(ch))
+    while heap and len(batch) < ROOT_FLOORS_AHEAD and heap[0][0][0] <= cut:
+        other = heapq.heappop(heap)[2]
+        if id(other) not in done and not other.split_read:
+            done.add(id(other))
+            batch.append(other)
+    floors = _read_floors(batch)
+    kept.update((id(other), (other, f)) for other, f in zip(batch[1:], floors[1:]))
+    return floors[0]
+
+
+def _read_floors(outers: list[OuterChoices]) -> list[float]:
+    """priced_floors([None])[0] of each of `outers`, their rows in one priced_bounds_s call per
+    allow_full_recompute (the rows are read apart: the same floats)."""
+    out = [-math.inf] * len(outers)
+    by: dict = {}
+    for r, ch in enumerate(outers):
+        rows = _floor_rows(ch, [None])[1]
+        if rows:
+            by.setdefault(ch.problem.allow_full_recompute, []).append((r, rows))
+    for full, items in by.items():
+        got = priced_bounds_s([c for _, rows in items for c in rows], full)
+        ends = np.cumsum([len(rows) for _, rows in items])
+        for (r, _), part in zip(items, np.split(got, ends[:-1])):
+            out[r] = float(part.max())
+    return out
 

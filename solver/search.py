@@ -2078,6 +2078,11 @@ class _LayerPlans(_Node):
     node: class_partitions.Subset | None = None  # None: every combination, not yet listed
     priced_s: float = -math.inf  # its priced floor (_priced_out), read as it is listed
 
+    def __post_init__(self) -> None:
+        if self.node is None and not self.choices.split_read:  # a root set up: its floor read ahead
+            from paraplan.solver import class_partitions  # a search over layer plans only
+            class_partitions.list_root(self.choices, self.key)
+
     @property
     def weight(self) -> int:  # combinations it stands for
         return self.choices.total - 1 if self.node is None else self.node.weight
@@ -2118,7 +2123,9 @@ class _LayerPlans(_Node):
         combinations' optimum, so above upper_s past the tie margin none of them can beat the
         bar, which only falls)."""
         if self.node is None and not self.choices.split_read:
-            self.priced_s = float(self.choices.priced_floors([None])[0])
+            from paraplan.solver import class_partitions  # a search over layer plans only
+            # (read with the floors of the next roots that can still win: class_partitions.root_floor)
+            self.priced_s = class_partitions.root_floor(self.choices, upper_s * (1 + REL_TOL))
         if self.priced_s <= upper_s * (1 + REL_TOL):
             return False
         if self.node is not None:

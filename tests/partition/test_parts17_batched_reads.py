@@ -4,9 +4,10 @@ _bucketed, _linked_reads; issue 33, row 4).
 Each is checked against the reading it replaces, computed here as the code before read it:
 - _bucketed bounds every class's buckets in one _bounded_many read; the code before bounded
   each choice's alone (_bounded: its buckets' rows, every other stage at the optimistic
-  build). On every layer-plan outer of tiny-2types at tp 4 and of the two-site instance with a
-  Llama-3 70B-wide layer, for the root's buckets and the first children's (each level's size,
-  and single plans), at no cut and at cuts around the optimistic bound: the same surviving
+  build). On the first 12 layer-plan outers of tiny-2types at tp 4, of the two-site
+  instance with a Llama-3 70B-wide layer and of the two-site instance with several classes
+  per group, for the root's buckets and the first children's (each level's size, and single
+  plans), at no cut and at cuts around the optimistic bound: the same surviving
   buckets in the same order and the very coefficient objects kept. A planted fault (each
   choice's buckets read on another group's stages) changes some answer.
 - _least_levels_both reads the slowest stage's and the slowest sync's least levels in one
@@ -26,8 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mixed"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_node6_expansion import _random_entries  # noqa: E402
-from test_partitions_lazy import _choices_of, tiny2  # noqa: E402
-from test_plan_sync import CASES, two_sites  # noqa: E402
+from test_partitions_lazy import OPTIONS, _choices_of, tiny2  # noqa: E402
+from test_plan_sync import WIDE, two_sites  # noqa: E402
 
 from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels_picked  # noqa: E402
 from paraplan.solver.class_partitions import LEVELS, Listing, _least_levels_both  # noqa: E402
@@ -69,7 +70,8 @@ def _nodes(ch):
 
 def test_bucketed_bounds_each_class_in_one_read_as_each_choice_alone():
     checked = faults = dropped = multi = 0
-    for inst in (tiny2((8, 8), (4,), 8, 32), two_sites(*CASES[1][:5], CASES[1][5])):
+    for inst in (tiny2((8, 8), (4,), 8, 32), two_sites((8, 8), (4,), 8, 32, 100, WIDE),
+                 two_sites((8, 8), (4,), 4, 16, 100, None, **OPTIONS)):
         for o, ch in _choices_of(inst)[:12]:
             if ch.optimistic(stop_unfit=True) is None:
                 continue
