@@ -14,6 +14,11 @@ Each is checked against the reading it replaces, computed here as the code befor
   least_levels_picked call; on random stage levels and picks (test_node6_expansion's
   generator) it equals the two calls float for float, and a planted fault (the second's rows
   picking the first's entries) changes some answer.
+- _combination_bounds reads a lone class's arrays without stacking them and the stand-ins of
+  unfit rows only where some term is not finite; on random terms (some inf) of the outers of
+  the two-site instance with several classes per group (one and several classes, uniform and
+  not) it equals the stacked reading float for float, and a planted fault (the first class's
+  sync read, not the largest) changes some answer.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from test_node6_expansion import _random_entries  # noqa: E402
 from test_partitions_lazy import OPTIONS, _choices_of, tiny2  # noqa: E402
 from test_plan_sync import WIDE, two_sites  # noqa: E402
 
+from paraplan.solver.bounds.batched import relaxed_s  # noqa: E402
+from paraplan.solver.bounds.one_class import FLOAT_SAFETY  # noqa: E402
 from paraplan.solver.bounds.plan_bottleneck import group_steps, least_levels_picked  # noqa: E402
 from paraplan.solver.class_partitions import LEVELS, Listing, _least_levels_both  # noqa: E402
 
@@ -107,3 +114,42 @@ def test_least_levels_both_equal_two_calls_float_for_float():
         both = least_levels_picked([a + b for a, b in zip(first, second)], np.vstack([picks, picks]), need)
         faults += both[len(picks):].tobytes() != want_delta.tobytes()
     assert finite > 0 and faults > 0
+
+
+def _bounds_before(ch, per_class, fault: bool = False) -> np.ndarray:
+    """_combination_bounds as the code before read it (every class stacked, the stand-ins
+    always); `fault`: the sync of the first class read, not the largest."""
+    p = ch.problem
+    x = np.array(p.replicas, float)
+    lo = np.array([p.min_micro_batches(k) for k in range(p.classes)], float)
+    A = np.stack([c[0] for c in per_class], -1)
+    Sm = np.stack([c[1] for c in per_class], -1)
+    D = (per_class[0][2] if fault else np.max(np.stack([c[2] for c in per_class], -1), -1))[..., None]
+    hopeless = ~np.isfinite(A).all(-1) | ~np.isfinite(Sm).all(-1) | ~np.isfinite(D[..., 0])
+    A, Sm, D = (np.where(np.isfinite(y), y, 1.0) for y in (A, Sm, D))
+    per = relaxed_s(A, Sm, D, x, lo, p.total_micro_batches, p.virtual_stages, ch.uniform)
+    per = np.where(hopeless, np.inf, per)
+    return per.max(-1) * (1 - FLOAT_SAFETY) if p.objective == "max" else per @ np.asarray(p.weights) * (1 - FLOAT_SAFETY)
+
+
+def test_combination_bounds_equal_the_stacked_reading_on_random_terms():
+    rng = np.random.default_rng(5)
+    roots = [ch for _, ch in _choices_of(two_sites((8, 8), (4,), 4, 16, 100, None, **OPTIONS))
+             if ch.optimistic(stop_unfit=True) is not None]
+    classes = {len(ch.o.classes) for ch in roots}
+    checked = faults = unfit = 0
+    for trial in range(200):
+        ch = roots[trial % len(roots)]
+        ch.uniform = bool(trial % 3 == 0)
+        rows = int(rng.integers(1, 40))
+        per = []
+        for _ in ch.o.classes:  # (A, S, D) per class, some terms inf (no split fits)
+            terms = [rng.uniform(0.01, 2.0, (rows, 1)) for _ in range(3)]
+            terms[int(rng.integers(0, 3))][rng.random((rows, 1)) < 0.1] = np.inf
+            per.append(tuple(terms))
+        got = ch._combination_bounds(per)
+        assert got.tobytes() == _bounds_before(ch, per).tobytes()
+        unfit += np.isinf(got).any() and np.isfinite(got).any()
+        faults += got.tobytes() != _bounds_before(ch, per, fault=True).tobytes()
+        checked += 1
+    assert classes >= {1, 2} and unfit > 0 and faults > 0
