@@ -73,6 +73,7 @@ import heapq
 import itertools
 import math
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -1424,14 +1425,15 @@ def _floor_rows(ch: OuterChoices, nodes: list) -> tuple[list[int], list]:
 
 ROOT_FLOORS_AHEAD = 32  # roots whose priced floors root_floor reads in one call, at most
 # the search memo's keys (OuterChoices.memo): the roots listed by list_root, a heap by key; the
-# floors read ahead, by the outer's id (with the outer); the ids of the roots read
+# floors read ahead, by the outer's id (with a weak reference to it); the ids of the roots read
 _ROOTS, _FLOORS, _READ = ("roots listed",), ("root floors read ahead",), ("root floors read",)
 
 
 def list_root(ch: OuterChoices, key: tuple) -> None:
     """Lists the root of `ch` (set up, its priced floor not read), keyed by its search key, for
-    root_floor to read its floor ahead with another's."""
-    heapq.heappush(ch.memo.setdefault(_ROOTS, []), (key, id(ch), ch))
+    root_floor to read its floor ahead with another's; by a weak reference (a root read alone
+    or dropped stays listed until a read passes its key, but keeps none of its builds)."""
+    heapq.heappush(ch.memo.setdefault(_ROOTS, []), (key, id(ch), weakref.ref(ch)))
 
 
 def root_floor(ch: OuterChoices, cut: float) -> float:
@@ -1444,17 +1446,17 @@ def root_floor(ch: OuterChoices, cut: float) -> float:
     read one call each (fill_drain's work per call was most of their cost)."""
     kept, done = ch.memo.setdefault(_FLOORS, {}), ch.memo.setdefault(_READ, set())
     got = kept.pop(id(ch), None)
-    if got is not None and got[0] is ch:
+    if got is not None and got[0]() is ch:
         return got[1]
     heap, batch = ch.memo.get(_ROOTS, []), [ch]
     done.add(id(ch))
     while heap and len(batch) < ROOT_FLOORS_AHEAD and heap[0][0][0] <= cut:
-        other = heapq.heappop(heap)[2]
-        if id(other) not in done and not other.split_read:
+        other = heapq.heappop(heap)[2]()
+        if other is not None and id(other) not in done and not other.split_read:
             done.add(id(other))
             batch.append(other)
     floors = _read_floors(batch)
-    kept.update((id(other), (other, f)) for other, f in zip(batch[1:], floors[1:]))
+    kept.update((id(other), (weakref.ref(other), f)) for other, f in zip(batch[1:], floors[1:]))
     return floors[0]
 
 
