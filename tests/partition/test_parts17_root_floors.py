@@ -1,5 +1,6 @@
 """A layer-plan root's priced floor read ahead with other roots' (solver/class_partitions.
-root_floor, list_root, _read_floors; search._LayerPlans._priced_out; issue 33, row 4).
+root_floor, list_root, _read_floors; search._LayerPlans._priced_out), and a node keyed again
+keeping its floor (search._LayerPlans._children; issue 33, row 4).
 
 The floor is OuterChoices.priced_floors([None]) (checked against the exact split DP by
 test_parts13_priced_floors); here the batched reading is checked against it read alone, one
@@ -10,8 +11,10 @@ outer at a time, float for float:
 - root_floor, the roots listed at their optimistic keys in one memo and asked in key order at
   random bars (as the search's heap brings them up), gives each root its floor alone, reads
   each root at most once, and reads ahead only roots keyed at most the bar;
-- planted faults: the rows' floors handed to the wrong outers (the batch reversed) and a
-  root's floor read at another's key change some answer.
+- a first-level node keyed again by its linked key keeps the floor read for it, equal to the
+  floor read afresh float for float, and its own children read theirs afresh;
+- planted faults: the rows' floors handed to the wrong outers (the batch reversed), a root's
+  floor read at another's key, and a node's floor carried to its children change some answer.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -117,3 +121,29 @@ def test_roots_come_up_with_their_own_floors():
             bad, _, _ = _come_up(fresh, bars.tolist(), fault=True)
             faults += [f for _, f in bad] != [alone[id(ch)] for ch, _ in got]
     assert checked >= 30 and ahead > 0 and skipped > 0 and faults > 0
+
+
+def test_a_node_keyed_again_keeps_the_floor_read_for_it():
+    # a first-level node comes up and comes back keyed by its linked key (the same plans): its
+    # child keeps its floor (_LayerPlans._children), equal to the floor read afresh; its own
+    # children (other plans) read theirs, and the parent's floor carried to them is caught
+    again = finite = faults = 0
+    for inst in _instances():
+        for _, ch in _roots(inst, {}):
+            if len(ch.o.classes) != 1:
+                continue
+            for lb, kid in ch.expand(math.inf, None).nodes[:4]:
+                floor = float(ch.priced_floors([kid])[0])
+                node = search_mod._LayerPlans(ch, (lb, 0, 1), inst, "nominal", False, node=kid, priced_s=floor)
+                for step in range(2):  # its linked key, then its own step
+                    lst = ch.expand(math.inf, node.node)
+                    kids = node._children(lst.nodes, math.inf, SimpleNamespace(pruned_by_bound=0))
+                    fresh = ch.priced_floors([sub for _, sub in lst.nodes])
+                    assert np.array([k.priced_s for k in kids]).tobytes() == fresh.tobytes()
+                    again += sum(sub.sets == node.node.sets for _, sub in lst.nodes)
+                    finite += np.isfinite(fresh).sum()
+                    faults += step == 1 and any(f != node.priced_s for f in fresh.tolist())
+                    if not kids:
+                        break
+                    node = kids[0]
+    assert again > 0 and finite > 0 and faults > 0
