@@ -683,6 +683,7 @@ class OuterChoices:
         cut = upper_s * (1 + REL_TOL)
         if node is None:
             node = self._root(out, cut)
+            self.bucket_bounds: dict = {}  # (k, g, bucket) -> (fits, bound) of _bucketed's reads
         elif not node.linked and node.level >= 1:
             # keyed by its buckets' optimistic coefficients: first keyed again by its linked
             # bound, expanded only when it comes up again under that key and can still win
@@ -791,7 +792,10 @@ class OuterChoices:
         with every other choice optimistic (tokens), their coefficients (store[k, g, bucket]),
         and whether the node holds Megatron's plan (mega); None past `deadline`. Each class's
         buckets are bounded in one read (_bounded_many: each row as _bounded reads it alone;
-        on the three-type, two-site row 716 reads -> 281)."""
+        on the three-type, two-site row 716 reads -> 281), and a bucket's bound is kept for the
+        outer's other nodes that hold it (it reads only the bucket's coefficients and the
+        optimistic builds: on that row 5,273 buckets bounded, 3,059 of them distinct; the
+        siblings of a node bucket its choices' plans alike)."""
         tokens, store, mega, per = {x: [] for x in self.keys}, {}, {}, {}
         for x, plans in zip(self.keys, node.sets):
             if deadline is not None and time.perf_counter() > deadline:
@@ -801,12 +805,11 @@ class OuterChoices:
             buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]
             self._price_buckets(x, buckets)
             per[x] = (buckets, [self._coeffs(x, bk) for bk in buckets])
-        for k in range(len(self.o.classes)):
-            xs = [x for x in self.keys if x[0] == k and per[x][0]]
-            for x, ok in zip(xs, self._bounded_many(k, [(x[1], per[x][1]) for x in xs], cut) if xs else []):
-                buckets, coeffs = per[x]
-                store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
-                tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
+        _read_bucket_bounds(self, per)
+        for x, (buckets, coeffs) in per.items():
+            ok = [fits and bound <= cut for fits, bound in (self.bucket_bounds[x[0], x[1], bk] for bk in buckets)]
+            store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
+            tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
         return tokens, store, mega
 
     def _split_wide(self, node: "Subset", entries: dict, out: Listing) -> None:
@@ -998,11 +1001,8 @@ class OuterChoices:
             start += n
         if not len(picks):
             return [np.zeros(0, bool) for _ in batch]
-        A, Sm, D, fits = self._class_terms(k, members, kept, picks, tmp, self.opt)
-        per = [(A, Sm, D) if kk == k else tuple(np.broadcast_to(x, (len(picks),) + x.shape[1:])
-                                                for x in self._opt_terms(kk))
-               for kk in range(len(self.o.classes))]
-        ok = fits & (self._combination_bounds(per) <= cut)
+        fits, bounds = _fits_and_bounds(self, k, members, kept, picks, tmp)
+        ok = fits & (bounds <= cut)
         return np.split(ok, np.cumsum(sizes)[:-1])
 
     def _opt_terms(self, k: int):
@@ -1475,4 +1475,37 @@ def _read_floors(outers: list[OuterChoices]) -> list[float]:
         for (r, _), part in zip(items, np.split(got, ends[:-1])):
             out[r] = float(part.max())
     return out
+
+
+def _fits_and_bounds(ch: OuterChoices, k: int, members: list, kept: dict, picks: np.ndarray, tmp: dict) -> tuple:
+    """OuterChoices._bounded_many's rows read: per row of `picks` (class k's choices `members`
+    at positions in `kept`, coefficients in `tmp`, every other stage and class optimistic)
+    whether it may fit memory, and its bound (_combination_bounds)."""
+    A, Sm, D, fits = ch._class_terms(k, members, kept, picks, tmp, ch.opt)
+    per = [(A, Sm, D) if kk == k else tuple(np.broadcast_to(x, (len(picks),) + x.shape[1:])
+                                            for x in ch._opt_terms(kk))
+           for kk in range(len(ch.o.classes))]
+    return fits, ch._combination_bounds(per)
+
+
+def _read_bucket_bounds(ch: OuterChoices, per: dict) -> None:
+    """(fits, bound) of each bucket of `per` (choice -> (buckets, their coefficients), as
+    _bucketed lists them) not read yet for this outer, into ch.bucket_bounds: one read per
+    class of its missing buckets, each row as _bounded_many reads it (each row on its own: the
+    same floats read alone or with others)."""
+    for k in range(len(ch.o.classes)):
+        missing = {x: [(bk, c) for bk, c in zip(*per[x]) if (x[0], x[1], bk) not in ch.bucket_bounds]
+                   for x in per if x[0] == k}
+        missing = {x: v for x, v in missing.items() if v}
+        if not missing:
+            continue
+        members, sizes = list(missing), [len(v) for v in missing.values()]
+        tmp = {(k, x[1], j + 1): c for x, v in missing.items() for j, (_, c) in enumerate(v)}
+        kept = {x: list(range(n + 1)) for x, n in zip(members, sizes)}
+        picks = np.zeros((sum(sizes), len(members)), int)
+        picks[np.arange(sum(sizes)), np.repeat(np.arange(len(members)), sizes)] = \
+            np.concatenate([np.arange(1, n + 1) for n in sizes])
+        fits, bounds = _fits_and_bounds(ch, k, members, kept, picks, tmp)
+        rows = ((x[0], x[1], bk) for x, v in missing.items() for bk, _ in v)
+        ch.bucket_bounds.update(zip(rows, zip(fits.tolist(), bounds.tolist())))
 

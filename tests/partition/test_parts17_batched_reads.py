@@ -8,7 +8,9 @@ Each is checked against the reading it replaces, computed here as the code befor
   instance with a Llama-3 70B-wide layer and of the two-site instance with several classes
   per group, for the root's buckets and the first children's (each level's size, and single
   plans), at no cut and at cuts around the optimistic bound: the same surviving
-  buckets in the same order and the very coefficient objects kept. A planted fault (each
+  buckets in the same order and the very coefficient objects kept. The cuts after the first
+  read the buckets' bounds kept by the first (OuterChoices.bucket_bounds), the children's
+  levels some of the root's: kept bounds answer as fresh reads. A planted fault (each
   choice's buckets read on another group's stages) changes some answer.
 - _least_levels_both reads the slowest stage's and the slowest sync's least levels in one
   least_levels_picked call; on random stage levels and picks (test_node6_expansion's
@@ -76,7 +78,7 @@ def _nodes(ch):
 
 
 def test_bucketed_bounds_each_class_in_one_read_as_each_choice_alone():
-    checked = faults = dropped = multi = 0
+    checked = faults = dropped = multi = kept_reads = 0
     for inst in (tiny2((8, 8), (4,), 8, 32), two_sites((8, 8), (4,), 8, 32, 100, WIDE),
                  two_sites((8, 8), (4,), 4, 16, 100, None, **OPTIONS)):
         for o, ch in _choices_of(inst)[:12]:
@@ -86,7 +88,9 @@ def test_bucketed_bounds_each_class_in_one_read_as_each_choice_alone():
             multi += len(ch.keys) > 1
             for node, size in _nodes(ch):
                 for cut in (math.inf, root, root * 1.01, root * 1.05):
+                    before = len(ch.bucket_bounds)
                     got = ch._bucketed(node, cut, size, None)
+                    kept_reads += len(ch.bucket_bounds) == before
                     want = _bucketed_alone(ch, node, cut, size)
                     assert _same(got, want)
                     kept = sum(len(t) for t in got[0].values())
@@ -95,7 +99,7 @@ def test_bucketed_bounds_each_class_in_one_read_as_each_choice_alone():
                     if len(ch.keys) > 1:
                         faults += not _same(got, _bucketed_alone(ch, node, cut, size, rotate=True))
                     checked += 1
-    assert checked >= 40 and multi > 0 and dropped > 0 and faults > 0
+    assert checked >= 40 and multi > 0 and dropped > 0 and faults > 0 and kept_reads > 0
 
 
 def test_least_levels_both_equal_two_calls_float_for_float():
