@@ -69,9 +69,11 @@ against the incumbent by the exact DP with a cutoff before it is solved.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -407,25 +409,10 @@ class OuterChoices:
         a weighted objective, a zero-bubble schedule (its drain credit, read at savings below
         a plan's, could be smaller than the plan's), or a node with a bucket not priced yet
         (none is priced for it). optimistic() first."""
-        S = len(self.scenarios)
         out = np.full(len(nodes), -math.inf)
-        p = self.problem
-        if len(self.o.classes) != 1 or p.objective == "weighted" or self.opt[0, 0].layer_drain_saving_s.size:
-            return out
-        at, rows = [], []
-        for r, node in enumerate(nodes):
-            if node is None:
-                rows += [self.opt[si, 0] for si in range(S)]
-            elif all(not any(e) or (0, x[1], tuple(q for q in e if q)) in self.priced
-                     for x, e in zip(self.keys, node.sets)):
-                store = self._node_store(0, dict(zip(self.keys, node.sets)))
-                rows += [_assemble(self.meg[si, 0], [(self.masks[x], store[0, x[1], e][si])
-                                                     for x, e in zip(self.keys, node.sets)]) for si in range(S)]
-            else:
-                continue
-            at.append(r)
+        at, rows = _floor_rows(self, nodes)
         if rows:
-            out[at] = priced_bounds_s(rows, p.allow_full_recompute).reshape(-1, S).max(1)
+            out[at] = priced_bounds_s(rows, self.problem.allow_full_recompute).reshape(-1, len(self.scenarios)).max(1)
         return out
 
     def forget(self, node: "Subset") -> None:
@@ -696,6 +683,7 @@ class OuterChoices:
         cut = upper_s * (1 + REL_TOL)
         if node is None:
             node = self._root(out, cut)
+            self.bucket_bounds: dict = {}  # (k, g, bucket) -> (fits, bound) of _bucketed's reads
         elif not node.linked and node.level >= 1:
             # keyed by its buckets' optimistic coefficients: first keyed again by its linked
             # bound, expanded only when it comes up again under that key and can still win
@@ -802,8 +790,13 @@ class OuterChoices:
     def _bucketed(self, node: "Subset", cut: float, size: int, deadline: float | None):
         """_step's buckets: per choice, the buckets of `size` plans of node's plans that may win
         with every other choice optimistic (tokens), their coefficients (store[k, g, bucket]),
-        and whether the node holds Megatron's plan (mega); None past `deadline`."""
-        tokens, store, mega = {}, {}, {}
+        and whether the node holds Megatron's plan (mega); None past `deadline`. Each class's
+        buckets are bounded in one read (_bounded_many: each row as _bounded reads it alone;
+        on the three-type, two-site row 716 reads -> 281), and a bucket's bound is kept for the
+        outer's other nodes that hold it (it reads only the bucket's coefficients and the
+        optimistic builds: on that row 5,273 buckets bounded, 3,059 of them distinct; the
+        siblings of a node bucket its choices' plans alike)."""
+        tokens, store, mega, per = {x: [] for x in self.keys}, {}, {}, {}
         for x, plans in zip(self.keys, node.sets):
             if deadline is not None and time.perf_counter() > deadline:
                 return None
@@ -811,10 +804,12 @@ class OuterChoices:
             mine = plans[1:] if mega[x] else plans
             buckets = [tuple(mine[b:b + size]) for b in range(0, len(mine), size)]
             self._price_buckets(x, buckets)
-            coeffs = [self._coeffs(x, bk) for bk in buckets]
-            ok = self._bounded(*x, coeffs, cut) if coeffs else []
-            tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
+            per[x] = (buckets, [self._coeffs(x, bk) for bk in buckets])
+        _read_bucket_bounds(self, per)
+        for x, (buckets, coeffs) in per.items():
+            ok = [fits and bound <= cut for fits, bound in (self.bucket_bounds[x[0], x[1], bk] for bk in buckets)]
             store.update({(x[0], x[1], bk): c for bk, c, y in zip(buckets, coeffs, ok) if y})
+            tokens[x] = [bk for bk, y in zip(buckets, ok) if y]
         return tokens, store, mega
 
     def _split_wide(self, node: "Subset", entries: dict, out: Listing) -> None:
@@ -1006,11 +1001,8 @@ class OuterChoices:
             start += n
         if not len(picks):
             return [np.zeros(0, bool) for _ in batch]
-        A, Sm, D, fits = self._class_terms(k, members, kept, picks, tmp, self.opt)
-        per = [(A, Sm, D) if kk == k else tuple(np.broadcast_to(x, (len(picks),) + x.shape[1:])
-                                                for x in self._opt_terms(kk))
-               for kk in range(len(self.o.classes))]
-        ok = fits & (self._combination_bounds(per) <= cut)
+        fits, bounds = _fits_and_bounds(self, k, members, kept, picks, tmp)
+        ok = fits & (bounds <= cut)
         return np.split(ok, np.cumsum(sizes)[:-1])
 
     def _opt_terms(self, k: int):
@@ -1210,9 +1202,8 @@ class OuterChoices:
         syncs = [[self._sync_steps(x, kept[x][j], store, si, pseudo(x, j)) for j in js.tolist()]
                  for x, (js, _) in zip(members, used)]
         need = self.inst.model.layers // self.o.virtual_stages
-        tau = least_levels_picked([[e[0] for e in col] for col in steps], at, need)
+        tau, delta = _least_levels_both([[e[0] for e in col] for col in steps], syncs, at, need)
         sigma = least_sums_picked([[e[1] for e in col] for col in steps], at, need)
-        delta = least_levels_picked(syncs, at, need)
         return tau * (1 - FLOAT_SAFETY), sigma * (1 - FLOAT_SAFETY), delta * (1 - FLOAT_SAFETY)
 
     def _sync_steps(self, x, entry, store, si: int, pseudo: bool = False):
@@ -1313,17 +1304,26 @@ class OuterChoices:
         `per_class[k]` = (A, S, D) of class k's choice in each combination, arrays
         (combinations, scenarios). The same relaxation (batched.relaxed_s) per scenario; a
         weighted objective takes the weighted sum of the per-scenario bounds (the minimum of a
-        sum is at least the sum of the minima)."""
+        sum is at least the sum of the minima). A lone class's arrays are read as they are (a
+        stack of one, the largest of one sync), and the unfit rows' stand-ins only where some
+        term is not finite: the same floats (issue 33: 5,410 calls on the three-type, two-site
+        row, mostly of one class and one row, about 60% of their time numpy's per call)."""
         p = self.problem
         x = np.array(p.replicas, float)
         lo = np.array([p.min_micro_batches(k) for k in range(p.classes)], float)
-        A = np.stack([c[0] for c in per_class], -1)  # (combinations, scenarios, classes)
-        Sm = np.stack([c[1] for c in per_class], -1)
-        D = np.max(np.stack([c[2] for c in per_class], -1), -1)[..., None]
-        hopeless = ~np.isfinite(A).all(-1) | ~np.isfinite(Sm).all(-1) | ~np.isfinite(D[..., 0])
-        A, Sm, D = (np.where(np.isfinite(y), y, 1.0) for y in (A, Sm, D))  # no fitting split: inf below
+        if len(per_class) == 1:
+            A, Sm, D = (np.asarray(y)[..., None] for y in per_class[0])
+        else:
+            A = np.stack([c[0] for c in per_class], -1)  # (combinations, scenarios, classes)
+            Sm = np.stack([c[1] for c in per_class], -1)
+            D = np.max(np.stack([c[2] for c in per_class], -1), -1)[..., None]
+        hopeless = ~(np.isfinite(A).all(-1) & np.isfinite(Sm).all(-1) & np.isfinite(D[..., 0]))
+        unfit = hopeless.any()
+        if unfit:  # no fitting split: inf below
+            A, Sm, D = (np.where(np.isfinite(y), y, 1.0) for y in (A, Sm, D))
         per = relaxed_s(A, Sm, D, x, lo, p.total_micro_batches, p.virtual_stages, self.uniform)
-        per = np.where(hopeless, np.inf, per)
+        if unfit:
+            per = np.where(hopeless, np.inf, per)
         if p.objective == "max":
             return per.max(-1) * (1 - FLOAT_SAFETY)
         return per @ np.asarray(p.weights) * (1 - FLOAT_SAFETY)
@@ -1387,3 +1387,125 @@ def all_partitions(inst, o, placed, co: list, net: NetEfficiency = NetEfficiency
     for combo in itertools.product(*options):
         yield tuple(tuple((g, combo[i]) for i, (kk, g) in enumerate(keys) if kk == k and combo[i])
                     for k in range(K))
+
+
+def _least_levels_both(first: list, second: list, picks: np.ndarray, need: int) -> tuple:
+    """least_levels_picked of the rows `picks` over the entries `first` and over `second` (the
+    same columns), in one call: the second's rows pick past the first's entries of each column.
+    The same floats as two calls: a row's sum of counts is constant between its own entries'
+    steps, so the least level of any union of levels holding those steps where it reaches `need`
+    is one of them (least_levels_picked's docstring), and the union here holds them all; the
+    rows are read apart (issue 33: _linked_reads read the two apart, 825 pairs of calls on the
+    three-type, two-site row)."""
+    offsets = np.array([len(col) for col in first], int)
+    got = least_levels_picked([a + b for a, b in zip(first, second)], np.vstack([picks, picks + offsets]), need)
+    return got[:len(picks)], got[len(picks):]
+
+
+def _floor_rows(ch: OuterChoices, nodes: list) -> tuple[list[int], list]:
+    """OuterChoices.priced_floors' rows: (the positions in `nodes` it reads, and their
+    coefficients, one per scenario position each: the root's optimistic ones, or a node's
+    class assembled from _node_store); none where it does not apply."""
+    S, p = len(ch.scenarios), ch.problem
+    if len(ch.o.classes) != 1 or p.objective == "weighted" or ch.opt[0, 0].layer_drain_saving_s.size:
+        return [], []
+    at, rows = [], []
+    for r, node in enumerate(nodes):
+        if node is None:
+            rows += [ch.opt[si, 0] for si in range(S)]
+        elif all(not any(e) or (0, x[1], tuple(q for q in e if q)) in ch.priced for x, e in zip(ch.keys, node.sets)):
+            store = ch._node_store(0, dict(zip(ch.keys, node.sets)))
+            rows += [_assemble(ch.meg[si, 0], [(ch.masks[x], store[0, x[1], e][si])
+                                               for x, e in zip(ch.keys, node.sets)]) for si in range(S)]
+        else:
+            continue
+        at.append(r)
+    return at, rows
+
+
+ROOT_FLOORS_AHEAD = 32  # roots whose priced floors root_floor reads in one call, at most
+# the search memo's keys (OuterChoices.memo): the roots listed by list_root, a heap by key; the
+# floors read ahead, by the outer's id (with a weak reference to it); the ids of the roots read
+_ROOTS, _FLOORS, _READ = ("roots listed",), ("root floors read ahead",), ("root floors read",)
+
+
+def list_root(ch: OuterChoices, key: tuple) -> None:
+    """Lists the root of `ch` (set up, its priced floor not read), keyed by its search key, for
+    root_floor to read its floor ahead with another's; by a weak reference (a root read alone
+    or dropped stays listed until a read passes its key, but keeps none of its builds)."""
+    heapq.heappush(ch.memo.setdefault(_ROOTS, []), (key, id(ch), weakref.ref(ch)))
+
+
+def root_floor(ch: OuterChoices, cut: float) -> float:
+    """ch.priced_floors([None])[0], as its root comes up: read ahead with another root's (kept
+    until it comes up), or read now with those of up to ROOT_FLOORS_AHEAD - 1 roots listed
+    (list_root) whose keys are at most `cut`, least keys first, in one priced_bounds_s call:
+    each row's own floats (test_parts17_root_floors.py). A root keyed at most the bar comes
+    up unless the bar falls below its key first (the heap pops least keys first), so few of
+    these reads are wasted: none on the three-type, two-site row, whose 590 roots' floors were
+    read one call each (fill_drain's work per call was most of their cost)."""
+    kept, done = ch.memo.setdefault(_FLOORS, {}), ch.memo.setdefault(_READ, set())
+    got = kept.pop(id(ch), None)
+    if got is not None and got[0]() is ch:
+        return got[1]
+    heap, batch = ch.memo.get(_ROOTS, []), [ch]
+    done.add(id(ch))
+    while heap and len(batch) < ROOT_FLOORS_AHEAD and heap[0][0][0] <= cut:
+        other = heapq.heappop(heap)[2]()
+        if other is not None and id(other) not in done and not other.split_read:
+            done.add(id(other))
+            batch.append(other)
+    floors = _read_floors(batch)
+    kept.update((id(other), (weakref.ref(other), f)) for other, f in zip(batch[1:], floors[1:]))
+    return floors[0]
+
+
+def _read_floors(outers: list[OuterChoices]) -> list[float]:
+    """priced_floors([None])[0] of each of `outers`, their rows in one priced_bounds_s call per
+    allow_full_recompute (the rows are read apart: the same floats)."""
+    out = [-math.inf] * len(outers)
+    by: dict = {}
+    for r, ch in enumerate(outers):
+        rows = _floor_rows(ch, [None])[1]
+        if rows:
+            by.setdefault(ch.problem.allow_full_recompute, []).append((r, rows))
+    for full, items in by.items():
+        got = priced_bounds_s([c for _, rows in items for c in rows], full)
+        ends = np.cumsum([len(rows) for _, rows in items])
+        for (r, _), part in zip(items, np.split(got, ends[:-1])):
+            out[r] = float(part.max())
+    return out
+
+
+def _fits_and_bounds(ch: OuterChoices, k: int, members: list, kept: dict, picks: np.ndarray, tmp: dict) -> tuple:
+    """OuterChoices._bounded_many's rows read: per row of `picks` (class k's choices `members`
+    at positions in `kept`, coefficients in `tmp`, every other stage and class optimistic)
+    whether it may fit memory, and its bound (_combination_bounds)."""
+    A, Sm, D, fits = ch._class_terms(k, members, kept, picks, tmp, ch.opt)
+    per = [(A, Sm, D) if kk == k else tuple(np.broadcast_to(x, (len(picks),) + x.shape[1:])
+                                            for x in ch._opt_terms(kk))
+           for kk in range(len(ch.o.classes))]
+    return fits, ch._combination_bounds(per)
+
+
+def _read_bucket_bounds(ch: OuterChoices, per: dict) -> None:
+    """(fits, bound) of each bucket of `per` (choice -> (buckets, their coefficients), as
+    _bucketed lists them) not read yet for this outer, into ch.bucket_bounds: one read per
+    class of its missing buckets, each row as _bounded_many reads it (each row on its own: the
+    same floats read alone or with others)."""
+    for k in range(len(ch.o.classes)):
+        missing = {x: [(bk, c) for bk, c in zip(*per[x]) if (x[0], x[1], bk) not in ch.bucket_bounds]
+                   for x in per if x[0] == k}
+        missing = {x: v for x, v in missing.items() if v}
+        if not missing:
+            continue
+        members, sizes = list(missing), [len(v) for v in missing.values()]
+        tmp = {(k, x[1], j + 1): c for x, v in missing.items() for j, (_, c) in enumerate(v)}
+        kept = {x: list(range(n + 1)) for x, n in zip(members, sizes)}
+        picks = np.zeros((sum(sizes), len(members)), int)
+        picks[np.arange(sum(sizes)), np.repeat(np.arange(len(members)), sizes)] = \
+            np.concatenate([np.arange(1, n + 1) for n in sizes])
+        fits, bounds = _fits_and_bounds(ch, k, members, kept, picks, tmp)
+        rows = ((x[0], x[1], bk) for x, v in missing.items() for bk, _ in v)
+        ch.bucket_bounds.update(zip(rows, zip(fits.tolist(), bounds.tolist())))
+
