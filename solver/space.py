@@ -149,7 +149,7 @@ from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.class_coefficients import class_outer
 from paraplan.cost.plan_specs import ClassOuter
-from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
+from paraplan.cost.space_rules import expert_layouts, expert_ranks_modulus, moe_problem, slot_modes, split_slots_run
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule, ZeroBubble
@@ -525,16 +525,6 @@ class _Listing:
                                   layouts, slots_of_v, paired, unpaired, tally))
         return out
 
-    def _expert_layouts(self, tp: int, ranks: int, sp: bool) -> list:
-        """cost/space_rules.expert_layouts of this instance, read once per (tp, ranks, sp): with
-        search.idle_gpus every (replicas, depth) of a lone class is a layout of its own, and
-        DeepSeek-V3 on 2,048 H800 asked it 62,486 times for a few hundred answers."""
-        key = ("experts", tp, ranks, sp)
-        got = self.invariants.get(key)
-        if got is None:
-            got = self.invariants[key] = expert_layouts(self.inst.model, self.inst.search, tp, ranks, sp)
-        return got
-
     def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
         """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
         ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, the key of its
@@ -576,15 +566,22 @@ class _Listing:
 
     def _layouts_of(self, tp: int, ranks: int, per_group: bool) -> tuple:
         """(expert layouts per sp, its id, pairing per ep, (its id, whether any pairs)) of a
-        stage of tp over `ranks` ranks (_invariants)."""
-        key = ("layouts of", tp, ranks, per_group)
+        stage of tp over `ranks` ranks (_invariants), kept by all they read of the ranks
+        (cost/space_rules.expert_ranks_modulus): with search.idle_gpus every (replicas, depth)
+        of a lone class is a layout of its own, and DeepSeek-V3 on 2,048 H800 read 3,840 rank
+        counts, 36 gcds (tp x ranks, K)."""
+        inst = self.inst
+        modulus = self.invariants.get(("expert ranks modulus", tp))
+        if modulus is None:
+            modulus = self.invariants["expert ranks modulus", tp] = expert_ranks_modulus(inst.model, inst.search, tp)
+        key = ("layouts of", tp, math.gcd(tp * ranks, modulus), per_group)
         got = self.invariants.get(key)
         if got is None:
             # with a tp per group, experts split as each group's tp (etp = tp): a
             # folded etp would need an expert layout per group
-            layouts = {sp: [(ep, etp) for ep, etp in self._expert_layouts(tp, ranks, sp)
+            layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(inst.model, inst.search, tp, ranks, sp)
                             if etp is None or not per_group]
-                       for sp in self.inst.search.sequence_parallel}
+                       for sp in inst.search.sequence_parallel}
             layouts, layouts_id = self._interned(
                 "layouts", layouts, tuple((sp, tuple(lay)) for sp, lay in layouts.items()))
             paired = {ep: pairs_unpipelined_micro_batches(self.inst.job, ep)
