@@ -23,6 +23,8 @@ then show it as the one-group cluster it is (solver/plan_text.shown_as_groups).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 
 from paraplan.cost.framework_rules import MEGATRON_FEATURE_YEARS, Refusal
@@ -168,6 +170,18 @@ def expert_layouts(model: ModelSpec, space: SearchSpace, tp: int, ranks: int,
             continue
         out += [(ep, None if etp == tp else etp) for ep in ep_values(model, space.ep, tp * ranks // etp)]
     return out
+
+
+def expert_ranks_modulus(model: ModelSpec, space: SearchSpace, tp: int) -> int:
+    """K such that expert_layouts(model, space, tp, ranks, sp) reads `ranks` only through
+    gcd(tp x ranks, K): the experts times the least common multiple of etp_values. Why: with
+    g that gcd, each etp listed divides K, so it divides tp x ranks exactly where it divides g;
+    and then ep_values' test of an ep e (e divides the experts and tp x ranks / etp) is that
+    e x etp divides g, e x etp dividing K too. So the ranks of one g share their layouts (with
+    search.idle_gpus every replica count is a layout of its own: solver/space._Listing keys
+    the expert layouts by g)."""
+    experts = model.moe.experts if model.moe is not None else 1
+    return experts * math.lcm(*etp_values(model, space.etp, tp))
 
 
 def moe_problem(model: ModelSpec, tp: int, sp: bool, zero: int) -> str | None:

@@ -95,7 +95,7 @@ from paraplan.solver.bounds.order_free import OrderFree
 from paraplan.solver.bounds import pattern_values, plan_sync
 from paraplan.solver.bounds import twins
 from paraplan.solver.class_layouts import FAMILIES, cp_values, stage_replicas, tp_values
-from paraplan.solver.bounds.layouts import moe_partial_bounds_s, partial_bounds_s, representative_key
+from paraplan.solver.bounds.layouts import partial_bounds_s, representative_key
 from paraplan.solver.bounds.stage_families import FamilyBounds, ReplicaFamily, StageFamily, stage_families
 from paraplan.solver.space import (dualpipe_job, empty_space_reason, declared_outers, partials_and_families,
                                    partial_rank, replica_partial, stage_partial,
@@ -851,9 +851,8 @@ def _defers_stage(inst: Instance, families, groups) -> bool:
 @dataclass
 class _Partials:
     """The declared space as partial layouts (solver/space.declared_partials), each bounded
-    before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives; an MoE
-    model's by layouts.moe_partial_bounds_s, the same floats),
-    with the space's summary read from the representatives. Where the search defers the stage
+    before it is listed (solver/bounds/layouts.partial_bounds_s on its representatives), with
+    the space's summary read from the representatives. Where the search defers the stage
     family across groups (_defers_stage), its stage families (solver/bounds/stage_families.py)
     are bounded here and their partial layouts appended as the search opens each (open_family);
     the summary then counts the partial layouts set up."""
@@ -900,10 +899,7 @@ class _Partials:
                                                         defer_options=lazy_options)
         memo: dict = {}
         per_block: dict = {}
-        # an MoE model's layouts are bounded once, here (read_syncs reads none; no family is
-        # deferred): its blocks' terms are not kept for a later call (layouts.moe_partial_bounds_s)
-        bounds = (moe_partial_bounds_s if inst.model.moe is not None else partial_bounds_s)(
-            inst, partials, idx, agg, weights, memo, per_block)
+        bounds = partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block)
         sizes = [sum(n * blk.tally.outers for n, blks in part.reps for blk in blks) for part in partials]
         out = cls(partials, bounds, sizes, summarize_partials(inst, partials), memo, per_block, {},
                   [p.rank for p in partials], scenarios=(idx, agg, weights), lst=lst)

@@ -149,7 +149,7 @@ from paraplan.cost.framework_rules import recompute_pattern, rules_for
 from paraplan.cost.recompute_patterns import RecomputePattern
 from paraplan.cost.class_coefficients import class_outer
 from paraplan.cost.plan_specs import ClassOuter
-from paraplan.cost.space_rules import expert_layouts, moe_problem, slot_modes, split_slots_run
+from paraplan.cost.space_rules import expert_layouts, expert_ranks_modulus, moe_problem, slot_modes, split_slots_run
 from paraplan.cost.schedule import TorchSchedule
 from paraplan.cost.schedule import schedule_problem as torch_schedule_problem
 from paraplan.cost.specs import Attention, Framework, Instance, Outer, PipelineSchedule, ZeroBubble
@@ -525,16 +525,6 @@ class _Listing:
                                   layouts, slots_of_v, paired, unpaired, tally))
         return out
 
-    def _expert_layouts(self, tp: int, ranks: int, sp: bool) -> list:
-        """cost/space_rules.expert_layouts of this instance, read once per (tp, ranks, sp): with
-        search.idle_gpus every (replicas, depth) of a lone class is a layout of its own, and
-        DeepSeek-V3 on 2,048 H800 asked it 62,486 times for a few hundred answers."""
-        key = ("experts", tp, ranks, sp)
-        got = self.invariants.get(key)
-        if got is None:
-            got = self.invariants[key] = expert_layouts(self.inst.model, self.inst.search, tp, ranks, sp)
-        return got
-
     def _invariants(self, tp: int, tps: tuple, group_tp: tuple, cp: int, shapes) -> tuple:
         """(expert layouts per sp, slot modes per v, (sp, zero, admitted v) modes, pairing per
         ep, {}: the micro-batch sizes' v values, filled in by shape_blocks, the key of its
@@ -576,15 +566,22 @@ class _Listing:
 
     def _layouts_of(self, tp: int, ranks: int, per_group: bool) -> tuple:
         """(expert layouts per sp, its id, pairing per ep, (its id, whether any pairs)) of a
-        stage of tp over `ranks` ranks (_invariants)."""
-        key = ("layouts of", tp, ranks, per_group)
+        stage of tp over `ranks` ranks (_invariants), kept by all they read of the ranks
+        (cost/space_rules.expert_ranks_modulus): with search.idle_gpus every (replicas, depth)
+        of a lone class is a layout of its own, and DeepSeek-V3 on 2,048 H800 read 3,840 rank
+        counts, 36 gcds (tp x ranks, K)."""
+        inst = self.inst
+        modulus = self.invariants.get(("expert ranks modulus", tp))
+        if modulus is None:
+            modulus = self.invariants["expert ranks modulus", tp] = expert_ranks_modulus(inst.model, inst.search, tp)
+        key = ("layouts of", tp, math.gcd(tp * ranks, modulus), per_group)
         got = self.invariants.get(key)
         if got is None:
             # with a tp per group, experts split as each group's tp (etp = tp): a
             # folded etp would need an expert layout per group
-            layouts = {sp: [(ep, etp) for ep, etp in self._expert_layouts(tp, ranks, sp)
+            layouts = {sp: [(ep, etp) for ep, etp in expert_layouts(inst.model, inst.search, tp, ranks, sp)
                             if etp is None or not per_group]
-                       for sp in self.inst.search.sequence_parallel}
+                       for sp in inst.search.sequence_parallel}
             layouts, layouts_id = self._interned(
                 "layouts", layouts, tuple((sp, tuple(lay)) for sp, lay in layouts.items()))
             paired = {ep: pairs_unpipelined_micro_batches(self.inst.job, ep)
@@ -1440,12 +1437,15 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
     per_shape: dict[tuple, int] = {}
     splits: dict[tuple, int] = {}
     paired_of: dict[int, bool] = {}
-    # without partitions a block's (outers, plans) read its classes' degrees, micro-batch size and
-    # tally only: once per those (the blocks share their classes and tallies, alive through the
-    # call; the 4 x 16 row's summary of every layout set up read 1.4% of its CPU block by block),
-    # and of those all but the micro-batch vectors read the degrees and tally alone
-    # (_tally_weights: GPT-3 175B / 1,024 A100's 1,885 blocks share 182 of them)
-    per_block: dict[tuple, tuple[int, int]] = {}
+    per_block: dict[tuple, tuple[int, int]] = {}  # with partitions: _partitioned_block_key's
+    # without them a block's (outers, plans) read its classes' degrees, micro-batch count and
+    # tally only, and the plans read the count through each count form's micro-batch vectors
+    # (_count_weights): per (classes, tally) its forms, each form's vectors per block (the
+    # blocks share their classes and tallies, alive through the call). With search.idle_gpus
+    # each replica count of a lone class is a layout of its own: DeepSeek-V3 on 2,048 H800
+    # summed 102,138 distinct (degrees, micro-batch, tally) blocks, at most two forms each
+    forms: dict[tuple, tuple[int, tuple]] = {}
+    gb = inst.job.global_batch
     for n, b in weighted:
         if parts:
             bk = _partitioned_block_key(b)
@@ -1453,14 +1453,16 @@ def summarize_blocks(inst: Instance, weighted: list[tuple[int, OuterBlock]]) -> 
             if got is None:
                 got = per_block[bk] = _block_summary(inst, b, _partition_tally(inst, b, tallied), dual,
                                                      per_shape, splits, paired_of)
-        else:
-            degrees = tuple([(c.replicas, c.pp) for c in b.classes])
-            bk = (degrees, b.micro_batch, id(b.tally))
-            got = per_block.get(bk)
-            if got is None:
-                got = per_block[bk] = _tallied_summary(inst, b, degrees, dual, per_shape, splits, paired_of)
+            outers += n * got[0]
+            total += n * got[1]
+            continue
+        fk = (id(b.classes), id(b.tally))
+        got = forms.get(fk)
+        if got is None:
+            got = forms[fk] = _count_weights(inst, b, dual, per_shape, splits, paired_of)
+        count = gb // b.micro_batch
         outers += n * got[0]
-        total += n * got[1]
+        total += n * sum([weight * _ways(x, count - least) for x, least, weight in got[1] if count >= least])
     return SpaceSummary(outer_configs=outers, plans_total=total)
 
 
@@ -1472,29 +1474,30 @@ def _partitioned_block_key(b: OuterBlock) -> tuple:
     return tuple([(c.replicas, c.pp) for c in b.classes]), b.micro_batch, id(b.tally), _choice_tps(b)
 
 
-def _tallied_summary(inst: Instance, b: OuterBlock, degrees: tuple, dual: bool, per_shape: dict, splits: dict,
-                     paired_of: dict) -> tuple[int, int]:
-    """(outers, plans) of block b without partitions (summarize_blocks): its tally's weights
-    (_tally_weights) times the micro-batch vectors of its count at each (v, paired). Integer
-    sums, so regrouping _block_summary's per-outer products changes no digit."""
-    wk = ("weights of", degrees, id(b.tally))  # the tally is alive through summarize_blocks' call
-    got = per_shape.get(wk)
-    if got is None:  # read once per what the weights read (_weights_key)
-        dk = _weights_key(degrees, b)
-        got = per_shape.get(dk)
-        if got is None:
-            got = per_shape[dk] = _tally_weights(inst, b, dual, splits, paired_of)
-        per_shape[wk] = got
-    outers, weights = got
-    count = inst.job.global_batch // b.micro_batch
-    total = 0
-    for (v, paired), weight in weights.items():
-        vk = ("vectors", degrees, count, v, paired)
-        vectors = per_shape.get(vk)
-        if vectors is None:
-            vectors = per_shape[vk] = count_micro_batch_splits(b.classes, count, False, v, paired)
-        total += vectors * weight
-    return outers, total
+def _count_weights(inst: Instance, b: OuterBlock, dual: bool, per_shape: dict, splits: dict,
+                   paired_of: dict) -> tuple[int, tuple]:
+    """(outers, ((x, least, weight), ...)) of block b's classes and tally (summarize_blocks):
+    its plans at a micro-batch count M are the sum of weight x _ways(x, M - least) over the
+    count forms (x, least) with least <= M, as count_micro_batch_splits counts each (v,
+    paired)'s vectors (x, lo = _count_form, least = sum_k x_k lo_k) times its tally weight
+    (_tally_weights): the (v, paired) of one form summed into one weight (a lone class has two:
+    v = 1 and interleaved; paired reads only several classes). Integer sums, so regrouping
+    _block_summary's per-outer products changes no digit. Kept per (degrees, tally)."""
+    degrees = tuple([(c.replicas, c.pp) for c in b.classes])
+    fk = ("forms", degrees, id(b.tally))  # the tally is alive through summarize_blocks' call
+    got = per_shape.get(fk)
+    if got is None:
+        wk = _weights_key(degrees, b)  # read once per what the weights read
+        if wk not in per_shape:
+            per_shape[wk] = _tally_weights(inst, b, dual, splits, paired_of)
+        outers, weights = per_shape[wk]
+        merged: dict[tuple, int] = {}
+        for (v, paired), weight in weights.items():
+            x, lo, _ = _count_form_of(degrees, v, paired)
+            form = (x, sum(xk * lk for xk, lk in zip(x, lo)))
+            merged[form] = merged.get(form, 0) + weight
+        got = per_shape[fk] = (outers, tuple((x, least, w) for (x, least), w in merged.items()))
+    return got
 
 
 def _weights_key(degrees: tuple, b: OuterBlock) -> tuple:

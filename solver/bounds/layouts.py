@@ -43,9 +43,9 @@ pipelined and whether it interleaves (coefficients.MOE_LAYER_FIELDS; unpriced._m
 and its first stage carries the dense prefix a_0 = d (dense floor - MoE floor), negative where
 the MoE layer is the dearer. A block's representatives are then read per expert layout (the
 other families: one per (v, slots, ep, etp), expert_layouts_of; a stage-wise block: one row per
-layout and v kind, _moe_keep_terms), each with its own floors and a_0, and the bound is the
+layout and v kind, _moe_least), each with its own floors and a_0, and the bound is the
 least over them: a least floor and a least a_0 taken apart would come from other layouts
-(_moe_keep_terms says how far that fell). A stage-wise MoE block reads neither fill_drain nor
+(_moe_least says how far that fell). A stage-wise MoE block reads neither fill_drain nor
 syncs (the MoE pipeline's terms are not fill_drain's).
 
 Not under DualPipe, torch's zero-bubble schedules (whose bound before pricing takes a
@@ -272,7 +272,6 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
     # groups): the blocks repeat a few dozen of them
     syncs, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
     fresh: dict[int, list] = defaultdict(list)  # pp -> the blocks whose sync-free terms are not kept yet
-    moe_fresh: list = []  # of an MoE model (_moe_keep_terms)
     by_pp: dict[int, list] = defaultdict(list)
     for bi, b in enumerate(blocks):
         ty = b.tally
@@ -281,19 +280,21 @@ def stage_bound_rows(inst, blocks: list, idx: list[int], agg: str, weights, memo
         c = b.classes[0]
         pp = len(c.stage_groups)
         (uniq, where), (e, l_, vs, plain, slotted) = _place_and_slots(places, slot_terms, c.stage_groups, ty.vslots)
-        if moe:
-            if _kept_terms(memo, b, idx) is None:
-                moe_fresh.append((b, (uniq, where), e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch))
-        elif _kept_terms(memo, b, idx, ceiling_s) is None:
+        if not moe and _kept_terms(memo, b, idx, ceiling_s) is None:
             t, h = _block_floors(inst, b, idx, (uniq, where), per_group, layer_plans, memo)
             fresh[pp].append((b, t, h, e, l_, factors_of(b), vs, c.replicas, gb // b.micro_batch, plain))
         # (its syncs, (ZeRO stage, v) -> per-stage (g, d), (scenarios, pp) each, read below)
-        by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted))
+        by_pp[pp].append((bi, b, vs, c.replicas, gb // b.micro_batch, (uniq, where), slotted, e, l_))
     if fresh:
         _keep_terms(memo, idx, fresh, L, agg, weights, ceiling_s)
-    _moe_keep_terms(inst, memo, idx, moe_fresh, L, per_group, layer_plans)
-    _plain_bounds(memo, idx, by_pp, agg, weights, out)
-    if per_mode is None or moe:  # (an MoE model's syncs are not read: _moe_keep_terms)
+    rows = [it for items in by_pp.values() for it in items]  # in the order _least_over_v aggregates them
+    if rows:
+        # an MoE model's terms are read for this call alone (_moe_least; its syncs are not
+        # read), a dense one's from those kept for its syncs (_kept_terms)
+        least, factor = (_moe_least(inst, memo, idx, rows, L, per_group, layer_plans, factors_of) if moe
+                         else _kept_least(memo, idx, rows))
+        out[[it[0] for it in rows]] = _least_over_v(least, rows, by_pp, factor, agg, weights)
+    if per_mode is None or moe:
         return out
     # the syncs of the blocks whose bound without them can still win (_live): the others' bound
     # (and every (ZeRO stage, v)'s, which is at least it) lies past the bar already
@@ -360,7 +361,7 @@ def _moe_kinds(b, vs: tuple) -> list[tuple[tuple, tuple]]:
 
 
 # relative slack of _live's test: a bound computed in another order (_keep_terms' test, the
-# weighted sums of _plain_bounds) may differ from it by a few ulps
+# weighted sums of _least_over_v) may differ from it by a few ulps
 LIVE_SLACK = 1e-12
 
 
@@ -376,32 +377,30 @@ def _live(bound_s: float, ceiling_s: float) -> bool:
     return bound_s <= ceiling_s * (1 + LIVE_SLACK)
 
 
-def _plain_bounds(memo: dict, idx: list[int], by_pp: dict, agg: str, weights, out: np.ndarray) -> None:
-    """_pp_bounds of blocks read without syncs (stage_bound_rows' `by_pp`), into `out`: per
-    block the least over its v of the kept relaxed_s (raised by fill_drain), aggregated over
-    scenarios, times its least quantile factor; every pp at once (the least is taken element by
-    element, exact in any order), aggregated per pp as _pp_bounds does (the same rows in the
-    same order: a weighted sum's dot product keeps its shape)."""
-    n = len(idx)
-    blocks = [it for items in by_pp.values() for it in items]
-    kept = [_kept_terms(memo, it[1], idx) for it in blocks]
-    terms, owner = [], []
-    for k, (it, kp) in enumerate(zip(blocks, kept)):
-        for v in it[2]:
-            terms.append(kp[3][v][0])
-            owner.append(k)
-    best = np.full((len(blocks), n), np.inf)
-    if terms:
-        np.minimum.at(best, np.array(owner, np.int64), np.stack(terms))
-    factor = np.array([min(kp[2].values()) for kp in kept])
+def _kept_least(memo: dict, idx: list[int], rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """_least_over_v's operands of a dense model's blocks `rows` (stage_bound_rows' by_pp
+    entries) from their kept terms (_kept_terms): per (block, v), in the order of the blocks
+    and of each one's v, the kept relaxed_s (raised by fill_drain), (scenarios,) each; per
+    block its least quantile factor."""
+    kept = [_kept_terms(memo, it[1], idx) for it in rows]
+    return (np.stack([kp[3][v][0] for it, kp in zip(rows, kept) for v in it[2]]),
+            np.array([min(kp[2].values()) for kp in kept]))
+
+
+def _least_over_v(least: np.ndarray, rows: list, by_pp: dict, factor: np.ndarray, agg: str,
+                  weights) -> np.ndarray:
+    """Per block of `rows` (stage_bound_rows' by_pp entries, pp by pp), the least over its v
+    of `least` (one row per v of the block, (per (block, v), scenarios); a block with a first
+    spec has a v), aggregated over scenarios, times its `factor`: stage_bound_rows' bound
+    without syncs. A weighted sum is taken per pp on its rows as they stand, as _pp_bounds
+    takes it (a dot product's floats may read its operand's shape). The least is taken
+    element by element, exact in any order."""
+    counts = np.array([len(it[2]) for it in rows], np.int64)
+    best = np.minimum.reduceat(least, np.cumsum(counts) - counts, axis=0)
     if agg == "max":
-        agg_b = best.max(-1)
-    else:
-        agg_b, at, w = np.empty(len(blocks)), 0, np.asarray(weights, float)
-        for items in by_pp.values():
-            agg_b[at:at + len(items)] = best[at:at + len(items)] @ w
-            at += len(items)
-    out[[it[0] for it in blocks]] = agg_b * factor
+        return best.max(-1) * factor
+    w, sizes = np.asarray(weights, float), [len(items) for items in by_pp.values()]
+    return np.concatenate([part @ w for part in np.split(best, np.cumsum(sizes)[:-1])]) * factor
 
 
 def _pp_bounds(memo: dict, idx: list[int], pp: int, items: list, L: int, agg: str, weights,
@@ -560,7 +559,7 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
     one call of each (_fill_drain_rows): the same floats as a call per pp and v, with the fixed
     cost of a call paid once (issue 33: the 4 x 16 row set up 9.6 blocks per call). fill_drain
     is read only for the blocks whose bound without it (the least over v of relaxed_s,
-    aggregated as _plain_bounds does) can still reach the bar `ceiling_s` (_live): the others
+    aggregated as _least_over_v does) can still reach the bar `ceiling_s` (_live): the others
     keep 0 (no bound) and are kept as cut at that bar (_kept_terms)."""
     n = len(idx)
     kept = []  # per pp: (items, A, S, pp, t, h)
@@ -599,14 +598,16 @@ def _keep_terms(memo: dict, idx: list[int], fresh: dict, L: int, agg: str, weigh
                                                            math.inf if lv[k] else ceiling_s))
 
 
-def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_group: dict,
-                    layer_plans: bool) -> None:
-    """stage_bound_rows' terms of an MoE model's blocks `fresh` (each (block, its groups' place,
-    e, l, factor per ZeRO stage, v values, replicas, micro-batches)), kept in `memo` as
-    _keep_terms keeps a dense block's: per v, relaxed_s of the least over the block's expert
-    layouts (ep, etp) of that layout's A and S (_moe_rows: each layout its own floors, dense
-    prefix and output layer, those of the v's kind), fill_drain not read (0: an MoE pipeline's
-    value is not fill_drain's; nor are its syncs read, so A, S and the floors are not kept).
+def _moe_least(inst, memo: dict, idx: list[int], rows: list, L: int, per_group: dict, layer_plans: bool,
+               factors_of) -> tuple[np.ndarray, np.ndarray]:
+    """_least_over_v's operands of an MoE model's blocks `rows` (stage_bound_rows' by_pp
+    entries): per (block, v), in the order of the blocks and of each one's v, relaxed_s of the
+    least over the block's expert layouts (ep, etp) of that layout's A and S (_MoeRows: each
+    layout its own floors, dense prefix and output layer, those of the v's kind), (scenarios,)
+    each; per block its least quantile factor (`factors_of`, _factor_memo). fill_drain is not
+    read (an MoE pipeline's value is not fill_drain's), nor are the syncs, so nothing is kept
+    for a later call: an MoE model's layouts are bounded once, at set-up (search._Partials.of;
+    keeping each block's terms was 1.5 s of DeepSeek-V3 on 2,048 H800 with idle GPUs).
     Why per layout and not the least floors over layouts: the first stage's dense prefix
     a_0 = d (dense floor - MoE floor) falls as the MoE floor rises, so the least a_0 and the
     least floor come from other layouts, and their sum (d x the dense floor less d MoE floors
@@ -614,119 +615,28 @@ def _moe_keep_terms(inst, memo: dict, idx: list[int], fresh: list, L: int, per_g
     (DeepSeek-V3 on 2,048 H800 with idle GPUs: a pp = 1 block at 7.0 s, its least floor
     81 s; the search listed 222,065 configurations, 30,366 read per layout). relaxed_s
     reads each row alone, so every block's rows are priced in one call."""
-    least, owners = _moe_least(inst, memo, idx, [(x[0], x[1], x[2], x[3], x[5], x[6], x[7]) for x in fresh], L,
-                               per_group, layer_plans)
-    if not owners:
-        return
-    kept_rows = memo.get(("stage rows",))
-    if kept_rows is None:
-        kept_rows = memo["stage rows",] = IdentityCache(math.inf)
-    zero, key_idx = np.zeros(len(idx)), tuple(idx)
-    k = 0
-    for (b, vs), fr in zip(owners, fresh):
-        pv = {v: (least[k + j], zero) for j, v in enumerate(vs)}
-        k += len(vs)
-        kept_rows.put((id(b), key_idx), b, ((None, None, fr[4], pv, None, None), math.inf))
-
-
-def _moe_least(inst, memo: dict, idx: list[int], items: list, L: int, per_group: dict,
-               layer_plans: bool) -> tuple[np.ndarray, list]:
-    """(per (block, v), in the order of `items` and each block's v values: relaxed_s of the
-    least over the block's expert layouts of that layout's A and S, (scenarios,) each; per
-    block (block, v values)) of MoE blocks `items` (each (block, its groups' place, e, l,
-    v values, replicas, micro-batches)): _moe_keep_terms' reading, shared with
-    moe_partial_bounds_s."""
     n = len(idx)
     table = _MoeRows.of(memo, idx)
-    ids, cols, owners = [], [], []  # per (block, v) its rows and (x, lo, M, v); per block its own
-    for b, place, e, l_, vs, replicas, batches in items:
+    ids, cols = [], []  # per (block, v) its rows and (x, lo, M, v)
+    for _, b, vs, replicas, batches, place, _, e, l_ in rows:
         one, inter = table.block_rows(inst, b, vs, place, e, l_, memo)
         pp = float(len(b.classes[0].stage_groups))
         for v in vs:
-            if v > 1:
-                ids.append(inter)
-                cols.append((replicas, pp, batches, v))
-            else:
-                ids.append(one)
-                cols.append((replicas, 1.0, batches, v))
-        owners.append((b, vs))
-    if not owners:
-        return np.zeros((0, n)), owners
+            ids.append(inter if v > 1 else one)
+            cols.append((replicas, pp if v > 1 else 1.0, batches, v))
     A, S = table.terms(inst, idx, L, per_group, layer_plans, memo)
     counts = np.fromiter(map(len, ids), np.int64, len(ids))
     at = np.fromiter(itertools.chain.from_iterable(ids), np.int64, int(counts.sum()))
     cols = np.repeat(np.array(cols, float), counts, axis=0)  # per row of each (block, v)
     rel = relaxed_s(A[at][:, :, None], S[at][:, :, None], np.zeros((len(at), n, 1)),
                     *(cols[:, j, None, None] for j in range(4)), False)
-    return np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0), owners
-
-
-def moe_partial_bounds_s(inst, partials: list, idx: list[int], agg: str, weights, memo: dict,
-                         per_block: dict) -> np.ndarray:
-    """partial_bounds_s(inst, partials, idx, agg, weights, memo, per_block) of an MoE model's
-    partial layouts (no syncs, no bar: search._Partials.of), the same floats, without keeping
-    each stage-wise block's terms for a later call (_moe_keep_terms: an MoE model's layouts
-    are bounded once, all at set-up) and without reading them back (_plain_bounds): the
-    stage-wise blocks' bounds are _moe_stage_bounds', the others' partial_bounds_s' own."""
-    out = np.full(len(partials), np.inf)
-    others = [i for i, part in enumerate(partials) if part.dp is None]
-    if others:
-        out[others] = partial_bounds_s(inst, [partials[i] for i in others], idx, agg, weights, memo)
-    rows, owner = [], []
-    for i, part in enumerate(partials):
-        if part.dp is not None:
-            for _, blks in part.reps:
-                rows += blks
-                owner += [i] * len(blks)
-    if rows:
-        rb = _moe_stage_bounds(inst, rows, idx, agg, weights, memo)
-        np.minimum.at(out, np.array(owner, np.int64), rb)
-        per_block.update(zip([representative_key(i, blk) for i, blk in zip(owner, rows)], rb.tolist()))
-    return out
-
-
-def _moe_stage_bounds(inst, blocks: list, idx: list[int], agg: str, weights, memo: dict) -> np.ndarray:
-    """stage_bound_rows(inst, blocks, idx, agg, weights, memo) of an MoE model's stage-wise
-    blocks, the same floats (its MoE reading: _moe_least per (block, v), then _plain_bounds'
-    least over v, aggregated over scenarios per pp in the order the blocks first take each pp
-    (a weighted sum's dot product on the same rows as _plain_bounds', so the same floats),
-    times the least quantile factor of the block's ZeRO stages); inf for a block of no
-    configuration."""
-    out = np.full(len(blocks), np.inf)
-    factors_of = _factor_memo(inst, memo)
-    _, per_group, places, slot_terms = memo.setdefault(("stage rows memos",), ({}, {}, {}, {}))
-    gb = inst.job.global_batch
-    items, live, factor = [], [], []
-    by_pp: dict[int, list[int]] = {}  # pp -> places in `live`, in the order of the blocks
-    for bi, b in enumerate(blocks):
-        ty = b.tally
-        if ty.first is None:
-            continue
-        c = b.classes[0]
-        place, (e, l_, vs, _, _) = _place_and_slots(places, slot_terms, c.stage_groups, ty.vslots)
-        items.append((b, place, e, l_, vs, c.replicas, gb // b.micro_batch))
-        by_pp.setdefault(len(c.stage_groups), []).append(len(live))
-        live.append(bi)
-        factor.append(min(factors_of(b).values()))
-    if not live:
-        return out
-    least, owners = _moe_least(inst, memo, idx, items, inst.model.layers, per_group, partitions_enabled(inst))
-    nv = np.array([len(vs) for _, vs in owners], np.int64)  # >= 1: a block with a first spec has a v
-    best = np.minimum.reduceat(least, np.cumsum(nv) - nv, axis=0)  # per block, the least over its v
-    order = np.array([k for ks in by_pp.values() for k in ks], np.int64)
-    best = best[order]
-    if agg == "max":
-        agg_b = best.max(-1)
-    else:  # per pp, each a contiguous run of rows
-        cuts = np.cumsum([len(ks) for ks in by_pp.values()])[:-1]
-        agg_b = np.concatenate([rows @ np.asarray(weights, float) for rows in np.split(best, cuts)])
-    out[np.array(live, np.int64)[order]] = agg_b * np.array(factor)[order]
-    return out
+    return (np.minimum.reduceat(rel, np.cumsum(counts) - counts, axis=0),
+            np.array([min(factors_of(it[1]).values()) for it in rows]))
 
 
 @dataclass
 class _MoeRows:
-    """The rows of _moe_keep_terms, kept in the floors' memo (one per instance): one per (stage
+    """The rows of _moe_least, kept in the floors' memo (one per instance): one per (stage
     groups, the blocks' tp per group, cp, micro-batch, sequence-parallel flags, recompute modes,
     expert layout and v kind, slot flags e and l), all a row's A and S read (_moe_rows), shared
     by the blocks of every replica count that lists that layout; and per block key (the same
@@ -1002,7 +912,7 @@ def _relaxed_rows(kept: list, rel: list, n: int) -> np.ndarray:
 def _live_blocks(kept: list, rel: list, b: np.ndarray, n: int, agg: str, weights, ceiling_s: float) -> list:
     """Per kept entry of _keep_terms, per block, whether its bound without fill_drain (per
     scenario the least over its v of relaxed_s `b`, aggregated, times its least quantile
-    factor, as _plain_bounds reads it) can still reach `ceiling_s` (_live)."""
+    factor, as _least_over_v reads it) can still reach `ceiling_s` (_live)."""
     if not math.isfinite(ceiling_s):
         return [np.ones(len(k[0]), bool) for k in kept]
     best = [np.full((len(k[0]), n), np.inf) for k in kept]
