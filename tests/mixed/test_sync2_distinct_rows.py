@@ -65,24 +65,22 @@ def test_the_pipeline_bound_reads_the_same_floats(monkeypatch):
     assert np.isfinite(np.concatenate(got)).sum() > 50
 
 
-def _last_column_first(x):
-    order = np.lexsort(x.T)
-    s = x[order]
-    new = np.ones(len(x), bool)
-    new[1:] = (s[1:] != s[:-1]).any(axis=1)
-    back = np.empty(len(x), np.intp)
-    back[order] = np.cumsum(new) - 1
-    return order[new], back
+def _planted(columns_first_last: bool, any_column: bool):
+    """_distinct_rows with its lexsort's column order and its test of a new row chosen: the
+    module's is (True, True)."""
+    def distinct(x):
+        order = np.lexsort(x.T[::-1] if columns_first_last else x.T)
+        s = x[order]
+        new = np.ones(len(x), bool)
+        differ = s[1:] != s[:-1]
+        new[1:] = differ.any(axis=1) if any_column else differ.all(axis=1)
+        back = np.empty(len(x), np.intp)
+        back[order] = np.cumsum(new) - 1
+        return order[new], back
+    return distinct
 
 
-def _all_columns_differ(x):
-    order = np.lexsort(x.T[::-1])
-    s = x[order]
-    new = np.ones(len(x), bool)
-    new[1:] = (s[1:] != s[:-1]).all(axis=1)
-    back = np.empty(len(x), np.intp)
-    back[order] = np.cumsum(new) - 1
-    return order[new], back
+_last_column_first, _all_columns_differ = _planted(False, True), _planted(True, False)
 
 
 @pytest.mark.parametrize("fault", (_last_column_first, _all_columns_differ))
