@@ -88,8 +88,8 @@ def factor_of(inst, o, memo: dict) -> float:
     its stages use (their GPU types and switch tiers), ZeRO, min(cp, 2) and the deepest class's
     min(pp, 2) (32 A100 + 32 H100 with partitions and the three layout options asked it for
     16,005 outers, a few dozen keys)."""
-    key = ("plan sync factor", frozenset(g for c in o.classes for g in c.stage_groups), o.zero, min(o.cp, 2),
-           min(max(c.pp for c in o.classes), 2))
+    groups = [c.stage_groups for c in o.classes]  # (a class's pp is its stage groups' count)
+    key = ("plan sync factor", frozenset().union(*groups), o.zero, min(o.cp, 2), min(max(map(len, groups)), 2))
     got = memo.get(key)
     if got is None:
         got = memo[key] = objective_factor_of(inst, o)
@@ -192,7 +192,8 @@ def _least_sync_up_to(inst, o, idx: list[int], agg: str, w: np.ndarray, memo: di
     keys = [_sync_key(o, i) for i in idx]
     got = [memo.get(key) for key in keys]
     if None in got:
-        ring, cos, net = ring_shape(o), [], NetEfficiency()
+        ring, cos, net = ring_shape(o, memo), [], NetEfficiency()
+        shared = _outer_fields(o, ring)
         open_ = [si for si, x in enumerate(got) if x is None]
         for si in open_:
             got[si] = 0.0
@@ -200,7 +201,7 @@ def _least_sync_up_to(inst, o, idx: list[int], agg: str, w: np.ndarray, memo: di
             if k and _aggregate(got, agg, w) >= cap:
                 return _aggregate(got, agg, w)
             for si in open_:
-                got[si] = max(got[si], _class_term(inst, o, k, idx[si], memo, ring, cos, net))
+                got[si] = max(got[si], _class_term_of(inst, o, k, idx[si], memo, ring, cos, net, shared))
         for si in open_:
             memo[keys[si]] = got[si]
     return _aggregate(got, agg, w)
@@ -221,6 +222,28 @@ def _sync_key(o, i: int) -> tuple:
     asked 14,051 outers' syncs, 6,384 keys."""
     return ("outer sync", i, o.classes, o.tp, o.group_tp, o.cp, o.micro_batch, o.sequence_parallel, o.recompute,
             o.zero, o.virtual_stages == 1, o.ep, o.etp)
+
+
+def _outer_fields(o, ring: tuple | None) -> tuple:
+    """What the floors' keys of a class of `o` read of `o` beyond the class (_floors_key: the tp
+    per group, cp, the micro-batch, the sequence-parallel flag, the recompute mode, ZeRO, whether
+    v is 1, the replicas and, with several classes, the ring's shape in place of the classes)."""
+    return (o.tp, o.group_tp, o.cp, o.micro_batch, o.sequence_parallel, o.recompute, o.zero, o.virtual_stages == 1,
+            o.replicas, ring)
+
+
+def _class_term_of(inst, o, k: int, i: int, memo: dict, ring: tuple | None, cos: list, net, shared: tuple) -> float:
+    """_class_term, kept in `memo` by the class and what its floors' keys read of `o`
+    (`shared` = _outer_fields(o, ring)): those keys, and so the floors each reads from `memo`
+    (kept once, never replaced), are the same for every outer with these, and the term is
+    _class_sync of them. 32 A100 + 32 H100 with partitions and the three layout options read
+    26,133 class terms, 14,048 of them again under this key (each re-keying its groups' floors
+    through unpriced_memory.sync_key)."""
+    key = ("plan sync class", i, o.classes[k], shared)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _class_term(inst, o, k, i, memo, ring, cos, net)
+    return got
 
 
 def _class_term(inst, o, k: int, i: int, memo: dict, ring: tuple | None, cos: list, net) -> float:
@@ -252,16 +275,29 @@ def _class_sync(groups: tuple, per: dict, L: int, memo: dict) -> float:
     return got
 
 
-def ring_shape(o) -> tuple | None:
+def ring_shape(o, memo: dict | None = None) -> tuple | None:
     """What the gradient ring of several classes reads of their shapes (class_coefficients.
     _ring_link, without experts: applies): per group, the ring's members on it, the GPUs their
     stages span and how many classes share it; None for a lone class (its ring lies in its
     group: unpriced_memory.sync_key reads it whole). Outers whose classes differ in their
     order of groups, or split the same GPUs per group otherwise, share it: keyed by it, the
     memo of layer_sync_floors held 604 entries on 32 A100 + 32 H100 with partitions and the
-    three layout options, against 12,268 keyed by the classes."""
+    three layout options, against 12,268 keyed by the classes. Kept in `memo`, where given, by
+    what it reads of `o`: its classes, tp per group and cp (9,112 outers' syncs read there,
+    715 of them through classes not read before)."""
     if len(o.classes) == 1:
         return None
+    if memo is None:
+        return _ring_shape(o)
+    key = ("plan sync ring", o.classes, o.tp, o.group_tp, o.cp)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _ring_shape(o)
+    return got
+
+
+def _ring_shape(o) -> tuple:
+    """ring_shape of an outer of several classes, read afresh."""
     shape = {}
     for c in o.classes:
         for g in set(c.stage_groups):
