@@ -35,8 +35,9 @@ from paraplan.cost.flops import embedding_params, gemm_output_elements, torchtit
 from paraplan.cost.flops import moe_attention_view, moe_dense_view
 from paraplan.cost.errors import ConfigError
 from paraplan.cost.identity_cache import IdentityCache
+from paraplan.cost.objective import copied_with
 from paraplan.cost.pipeline_split import slot_relief_bytes
-from paraplan.cost.stage_memory import memory_base, plan_memory, stage_values
+from paraplan.cost.stage_memory import memory_base, plan_memory, stage_columns, stage_values
 from paraplan.cost.specs import (Attention, NodeGroup, Framework, GpuSpec, Instance, JobSpec, Link, ModelSpec,
                         Outer, PipelineSchedule, Precision, Recompute, RecomputeModule, ZeroBubble)
 
@@ -827,10 +828,10 @@ def _costs_at_backward(u: _LayerCosts, lt: LayerTerms, net: NetEfficiency) -> _L
     slowdown) and the exposed gradient sync; everything else of `u` reads no bwd_s."""
     g_exposed = max(0.0, u.grad_sync_s - lt.bwd_s) if u.sync_overlaps else u.grad_sync_s
     g_hidden = u.grad_sync_s - g_exposed
-    return replace(u, layer_time=lt.fwd_s + lt.bwd_s + 0.0 + 0.0 + _overlap_slowdown_s(lt, net),
-                   layer_sync=g_exposed + net.overlap_slowdown * g_hidden + u.after_sync_s + u.step_s
-                   + lt.per_iteration_s,
-                   grad_tail=g_hidden, overlapped=dict(u.overlapped, dp_grad_sync=g_hidden), terms=lt)
+    return copied_with(u, layer_time=lt.fwd_s + lt.bwd_s + 0.0 + 0.0 + _overlap_slowdown_s(lt, net),
+                       layer_sync=g_exposed + net.overlap_slowdown * g_hidden + u.after_sync_s + u.step_s
+                       + lt.per_iteration_s,
+                       grad_tail=g_hidden, overlapped=dict(u.overlapped, dp_grad_sync=g_hidden), terms=lt)
 
 
 def _overlap_slowdown_s(lt: LayerTerms, net: NetEfficiency) -> float:
@@ -1412,9 +1413,6 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
         parts.extras = _stage_extras(inst, o, parts.pl, parts.where, parts.tps, net)
     x = parts.extras
 
-    def col(attr: str) -> np.ndarray:
-        return stage_values([getattr(u, attr) for u in uniq], parts.at)
-
     stage_parts, stage_time = _stage_time(m, o, x, per_stage)
     layer_sync, stage_sync = _plan_syncs(m, o, parts, x, uniq, dense)
     if dense is not None:  # the dense prefix's time on the first stage (above; its sync: _plan_syncs)
@@ -1431,9 +1429,11 @@ def _plan_build(inst: Instance, o: Outer, parts: _OuterParts, net: NetEfficiency
     # breakdown names: the first stage's (every stage's, on a homogeneous cluster)
     first = per_stage[0]
     layer_parts = dict(first.parts, slowest_rank=slow * first.layer_time) if slow else first.parts
+    layer_time, recompute_time = stage_columns([[u.layer_time for u in uniq], [u.recompute_time for u in uniq]],
+                                               parts.at)
     c = StageCoefficients(
         outer=o, layers=m.layers,
-        layer_time_s=col("layer_time") * (1 + slow), recompute_time_s=col("recompute_time") * (1 + slow),
+        layer_time_s=layer_time * (1 + slow), recompute_time_s=recompute_time * (1 + slow),
         stage_time_s=stage_time,
         layer_sync_time_s=layer_sync, stage_sync_time_s=stage_sync,
         layer_state_bytes=state, layer_act_bytes=act, layer_ckpt_bytes=ckpt,
@@ -1461,11 +1461,10 @@ def _plan_syncs(m: ModelSpec, o: Outer, parts: _OuterParts, x: StageExtras, uniq
     layer_sync_time_s and stage_sync_time_s before zero_bubble.shaped), from its layer costs
     on each distinct site (`uniq`) and its dense prefix's (`dense`, or None)."""
     per_stage = [uniq[i] for i in parts.where]
-
-    def col(attr: str) -> np.ndarray:
-        return stage_values([getattr(u, attr) for u in uniq], parts.at)
-    stage_sync = _stage_sync(m, o, parts, x, uniq, per_stage, col)
-    layer_sync = col("layer_sync")
+    # (the last bucket of each stage's layer gradients, and its per-layer sync: one gather)
+    tail, layer_sync = stage_columns([[u.grad_tail + u.scatter_s for u in uniq], [u.layer_sync for u in uniq]],
+                                     parts.at)
+    stage_sync = _stage_sync(m, o, parts, x, uniq, per_stage, tail)
     if parts.overlap_a2a:
         # the unpaired warm-up forwards and cool-down backwards show the all-to-alls a
         # steady-state pair hides: per layer of stage s, warm_s / v of each, once per iteration
@@ -1498,12 +1497,13 @@ def _stage_time(m: ModelSpec, o: Outer, x: StageExtras, per_stage: list) -> tupl
 
 
 def _stage_sync(m: ModelSpec, o: Outer, parts: _OuterParts, x: StageExtras, uniq: list, per_stage: list,
-                col) -> np.ndarray:
+                tail: np.ndarray) -> np.ndarray:
     """Each stage's once-per-step sync of one layer plan, before its MoE and multi-token
     prediction terms: the last bucket of layer gradients, which cannot hide behind any
     remaining backward; the embedding's sync and step on the first and last stages; FSDP's
-    fill in a pipeline; the tied copy's all-reduce."""
-    stage_sync = stage_values([u.grad_tail + u.scatter_s for u in uniq], parts.at)
+    fill in a pipeline; the tied copy's all-reduce. `tail`: each stage's grad_tail + scatter_s
+    (stage_values of its site's), added to in place."""
+    stage_sync = tail
     for s, e in x.end_sync_s.items():
         stage_sync[s] = e + per_stage[s].grad_tail + per_stage[s].scatter_s
     if x.fill_root_s is not None:
@@ -1520,7 +1520,7 @@ def _stage_sync(m: ModelSpec, o: Outer, parts: _OuterParts, x: StageExtras, uniq
         v = o.virtual_stages
         for s in range(o.pp):
             fill += v * per_stage[s].gather_s + x.fill_root_s[s]
-        stage_sync += fill + m.layers * col("fill_gather_s")
+        stage_sync += fill + m.layers * stage_values([u.fill_gather_s for u in uniq], parts.at)
     if x.tie_s is not None:
         stage_sync[0] += x.tie_s
         stage_sync[-1] += x.tie_s

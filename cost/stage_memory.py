@@ -58,6 +58,14 @@ def stage_values(values: list[float], at: np.ndarray) -> np.ndarray:
     return np.array(values, float)[at]
 
 
+def stage_columns(rows: list[list[float]], at: np.ndarray) -> np.ndarray:
+    """stage_values of each of `rows` (per distinct site, one value each), as the rows of one
+    (rows, stages) array gathered at once: the same floats in two numpy calls rather than two
+    per row (a layer plan's build reads eight such columns; 21,419 builds on the three-type,
+    two-site row, issue 33). Each row is a contiguous view of that array."""
+    return np.array(rows, float)[:, at]
+
+
 @dataclass(frozen=True)
 class MemoryBase:
     """What stage_memory reads of the configuration alone, the same for every layer plan priced
@@ -130,17 +138,17 @@ def stage_memory(inst: Instance, o: Outer, terms: list, where: list[int], tps: l
     return plan_memory(inst, o, base, terms, dp_n, None)
 
 
-def _layer_state(inst: Instance, base: MemoryBase, terms: list) -> np.ndarray:
-    """Each stage's per-layer state bytes from its site's layer terms."""
+def _site_state(inst: Instance, base: MemoryBase, terms: list) -> list[float]:
+    """Each distinct site's per-layer state bytes from its layer terms."""
     fw, prec = inst.job.framework, inst.job.precision
-    uniq_state = []  # once per distinct site
+    uniq_state = []
     for x, (share, per_param, fp8) in zip(terms, base.site_state):
         st = share + x.replicated_params * per_param + fp8
         if x.expert_params:  # sharded over the expert-data-parallel group
             st += x.expert_params * base.edp_state_per_param
             st += memory.fp8_expert_weight_bytes(x.expert_params, prec, fw)
         uniq_state.append(st)
-    return stage_values(uniq_state, base.at)
+    return uniq_state
 
 
 def plan_memory(inst: Instance, o: Outer, base: MemoryBase, terms: list, dp_n: int,
@@ -151,9 +159,10 @@ def plan_memory(inst: Instance, o: Outer, base: MemoryBase, terms: list, dp_n: i
     where, at, stage_tps = base.where, base.at, base.stage_tps
     tp = stage_tps[0]
     fw, sb = inst.job.framework, base.sb
-    state = _layer_state(inst, base, terms)
+    # each stage's layer state, workspace, stashed and checkpointed activations, from its site's
+    state, transient, act, ckpt = stage_columns([_site_state(inst, base, terms), [x.workspace_bytes for x in terms],
+                                                 [x.act_bytes for x in terms], [x.ckpt_bytes for x in terms]], at)
     stage_mem = base.embedding_state.copy()
-    transient = stage_values([x.workspace_bytes for x in terms], at)
     if dense_terms is not None:  # the first stage's largest layer sets its workspace
         transient[0] = max(transient[0], dense_terms.workspace_bytes)
     if o.zero == 3:  # gathered units, prefetch and the gradients being reduce-scattered
@@ -172,8 +181,8 @@ def plan_memory(inst: Instance, o: Outer, base: MemoryBase, terms: list, dp_n: i
 
     frag = 1 + memory.ALLOCATOR_FRAGMENTATION
     inflight = base.inflight
-    act = stage_values([x.act_bytes for x in terms], at) * inflight * frag
-    ckpt = stage_values([x.ckpt_bytes for x in terms], at) * inflight * frag
+    act = act * inflight * frag
+    ckpt = ckpt * inflight * frag
     min_chunk = 1
     stage_act = np.zeros(pp)
     stage_state = np.zeros(pp)

@@ -84,7 +84,7 @@ from paraplan.cost.coefficients import (StageCoefficients, backward_lowers_only_
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
-from paraplan.cost.objective import capped_memory, scaled_times
+from paraplan.cost.objective import capped_memory, copied_with, scaled_times
 from paraplan.cost.trust import objective_factor_of
 from paraplan.solver.bounds.one_class import (BOTTLENECK_BLOCK_FLOATS, FLOAT_SAFETY, coupled_above,
                                                memory_infeasible, stage_levels, tight_class_terms,
@@ -363,14 +363,16 @@ class OuterChoices:
         """Class k's optimistic coefficients on scenario position si (optimistic), and whether
         they fit no split (one_class.memory_infeasible)."""
         lo_fns, hi_fns = {}, {}
+        i = self.scenarios[si]
+        sites = self.placed(i, k).sites
         for kk, g in self.open:
             if kk != k:
                 continue
-            ginst, site, _ = self._where(k, g)[si]
-            table = P.table_for(ginst, self.cg[k, g], site, self.net)
+            # (_where's entry for scenario i alone)
+            table = P.table_for(self.ginst[i, g], self.cg[k, g], sites[self.first_stage[k, g]], self.net)
             lo_t, hi_t = table_terms(table, P.token_split_allowed(self.cg[k, g]))
             lo_fns[g], hi_fns[g] = _const(lo_t), _const(hi_t)
-        c = self._below(self.scenarios[si], k, lo_fns, hi_fns) if lo_fns else self.meg[si, k]
+        c = self._below(i, k, lo_fns, hi_fns) if lo_fns else self.meg[si, k]
         return c, memory_infeasible(c)
 
     def _class_key(self, si: int, k: int) -> tuple:
@@ -910,14 +912,14 @@ class OuterChoices:
         if not backward_lowers_only_syncs(self.inst, self.co[k]):
             lo, hi = self._build_plans(i, k, [self._layer_fn(i, k, fns) for fns in (lo_fns, hi_fns)])
             return elementwise_min(lo, hi)
-        s = self.inst.search
+        s, pl = self.inst.search, self.placed(i, k)
+        groups = self.o.classes[k].stage_groups
         lo, (layer_sync, stage_sync) = build_and_backward_syncs(
-            self.inst, self.co[k], self._layer_fn(i, k, lo_fns), self._layer_fn(i, k, hi_fns), self.net,
-            s.memory_reserve_bytes, placement=self.placed(i, k))
+            self.inst, self.co[k], class_layer_fn(pl, groups, lo_fns), class_layer_fn(pl, groups, hi_fns), self.net,
+            s.memory_reserve_bytes, placement=pl)
         lo = capped_memory(scaled_times(lo, self.factor), s.memory_fill_cap, s.memory_reserve_bytes)
-        return dataclasses.replace(
-            lo, layer_sync_time_s=np.minimum(lo.layer_sync_time_s, layer_sync * self.factor),
-            stage_sync_time_s=np.minimum(lo.stage_sync_time_s, stage_sync * self.factor))
+        return copied_with(lo, layer_sync_time_s=np.minimum(lo.layer_sync_time_s, layer_sync * self.factor),
+                           stage_sync_time_s=np.minimum(lo.stage_sync_time_s, stage_sync * self.factor))
 
     def _grid(self, kept: dict, store: dict, cut: float, linked: bool = False):
         """_grid_terms less its class terms: (grid, picks, fits, quick, megatron)."""
