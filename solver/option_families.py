@@ -419,13 +419,13 @@ class OptionBounds:
                          self._root(fam, fam.used, _Base(), self._replica_ways(fam, False), None,
                                     self.inst.search.zero, single=True, first=first, can_win=can_win)]
             else:
-                roots = list(self._mixed_roots(fam))
+                roots = self._keyed_roots([n for n in self._mixed_roots(fam) if n is not None])
             self.root_memo[fam, first] = [n for n in roots if n is not None]
         return self.root_memo[fam, first]
 
     def _root(self, fam: OptionFamily, order: tuple, base: _Base, ways: list[list[tuple]], stage,
               zeros: tuple, pipelined: bool = False, single: bool = False, first: bool = False,
-              can_win=None) -> "_Node | None":
+              can_win=None, keyed: bool = True) -> "_Node | None":
         """The root over `ways` (per group of `order`) beside `base`, its layouts at a ZeRO
         stage of `zeros`, bounded with every group relaxed; `pipelined`: a replica family's
         layouts with a class of pp > 1 (_replica_ways); `single`: its layouts without, whose
@@ -438,7 +438,8 @@ class OptionBounds:
         bound at its v as the memory's reading is (the floors' A_lo and S_lo are at most the
         class's own), so every node's bound, the least over v, is a bound of its layouts, as a
         mixed root's read whole at its live v alone (_whole); a root that can win at no v is
-        its plain reading, which cannot win."""
+        its plain reading, which cannot win. `keyed` False: its bound is left to the caller
+        (nan; _keyed_roots)."""
         if not all(ways):
             return None
         f = [self.fb.floor(g, fam.tp, fam.cp) for g in order]
@@ -458,7 +459,8 @@ class OptionBounds:
             if not any(live):
                 return plain
             live = self._profiles_live(plain, can_win)
-        return self._node_of(fam, order, base, ways, levels, f, f3, stage, zeros, pipelined, raised, first, live)
+        return self._node_of(fam, order, base, ways, levels, f, f3, stage, zeros, pipelined, raised, first, live,
+                             keyed)
 
     def _profiles_live(self, plain: "_Node", can_win) -> list[list[tuple]]:
         """Per group of root `plain` (read on the floors alone), per profile, whether at each v
@@ -508,9 +510,9 @@ class OptionBounds:
         return out
 
     def _node_of(self, fam: OptionFamily, order: tuple, base: _Base, ways: list, levels: list, f: list, f3, stage,
-                 zeros: tuple, pipelined: bool, raised: bool, first: bool, live) -> "_Node":
+                 zeros: tuple, pipelined: bool, raised: bool, first: bool, live, keyed: bool = True) -> "_Node":
         """_root's node, its classes read by _rates (`first`, `live`: as _class_terms, or per
-        group per profile, _profiles_live)."""
+        group per profile, _profiles_live); its bound nan where not `keyed` (_keyed_roots)."""
         if isinstance(live, list):
             rates = [self._rates_live(fam, g, w, lv, zeros, each) for g, w, lv, each in zip(order, ways, levels, live)]
         else:
@@ -533,8 +535,30 @@ class OptionBounds:
         state = (base.d, base.b + zero, base.slots, base.classes, True, base.replicas, base.shallow, base.d + zero)
         node = _Node(fam, order, stage, ways, levels, f, rest, factor, state, (), 0.0, pipelined, tuple(zeros), f3,
                      rates, raised, state[:2])
-        node.bound = self._relaxed(node, state, 0)
+        node.bound = self._relaxed(node, state, 0) if keyed else math.nan
         return node
+
+    def _keyed_roots(self, roots: list["_Node"]) -> list["_Node"]:
+        """A mixed family's roots `roots` (_mixed_roots, none keyed) with their bound: _relaxed
+        of each with every group relaxed, every root in one pass (issue 33: one call a root,
+        2,705 roots on 32 A100 + 32 H100 with the three options, was a third of their Python).
+        _z reads each root's arrays elementwise along a leading axis, so each the same floats;
+        no mixed root reads ZeRO-3's raised floors (f3: _root's `single` alone)."""
+        if not roots:
+            return roots
+        each = []
+        for node in roots:
+            d, b, slots, _, deep, reps, _, _ = node.state
+            rest = node.rest[0]
+            rd, rb, rp, rdeep, rr = rest[:5]
+            each.append((d + rd, b + rb, slots + rp, deep and rdeep,
+                         self._sync(node.fam, node.zeros, reps + rr, self._shallow(node.state, rest))))
+        d, b, slots, deep, sync = (np.stack(x) if i in (0, 1, 4) else np.array(x) for i, x in enumerate(zip(*each)))
+        assert all(node.f3 is None for node in roots)
+        z = np.array([node.factor for node in roots]) * self._z(d, b, slots, deep, sync)
+        for node, lb in zip(roots, z.tolist()):
+            node.bound = lb
+        return roots
 
     def _spread(self, levels: list[_Profile], rates: list[tuple]) -> tuple:
         """(the most D, the least B over a group's profiles `levels`, each v's, and the most
@@ -1023,27 +1047,47 @@ class OptionBounds:
         same to be raised v by v by the memory its groups hold ("whole"), the v read so far
         ("read": those the memory does not raise are read from the start), and what reading
         one needs (the least sum S_lo, the kept share, the plain rates)."""
-        inst, L = self.inst, self.L
-        floors = [self.fb.floor(g, fam.tp, fam.cp) for g in S]
+        L = self.L
+        floors, least = self._stage_least(S, fam.tp, fam.cp)
         rate_lo = sum(c / f for c, f in zip(counts, floors))
-        least = L * np.minimum.reduce(floors) + np.minimum.reduce([self.recompute.head_s(g, fam.tp, fam.cp)
-                                                                    for g in S])
         pp = sum(counts)
         kept = kept_share(self.recompute, fam.tp, fam.cp)
-        rates, bubbles, read = [], [], []
-        for v in self.vs:
-            runs = v == 1 or runs_v(self.recompute, pp, v)
-            read.append(not runs or v > 1 and zero_bubble_runs(inst))
-            if not runs:
-                rates.append(np.zeros(rate_lo.shape))
-                bubbles.append(np.full(rate_lo.shape, np.inf))
-                continue
-            rate = np.minimum(rate_lo, L * pp / least) if v > 1 else rate_lo
-            rates.append(rate)
-            bubbles.append((kept if v > 1 else 1.0) * (least * rate / L - 1))
-        plain = (np.stack(rates), np.stack(bubbles))
-        return {"plain": plain, "whole": (plain[0].copy(), plain[1].copy()), "read": read, "least": least,
-                "kept": kept}
+        runs, read = self._stage_runs(pp)
+        # every v > 1 the class runs reads the same terms (the floors' A_lo: the least of the
+        # rate and the mean), the others none: each v's the same floats as read one v at a time
+        rates = np.zeros((len(self.vs), *rate_lo.shape))
+        bubbles = np.full(rates.shape, np.inf)
+        rates[0], bubbles[0] = rate_lo, 1.0 * (least * rate_lo / L - 1)
+        interleaved = runs[1:]  # the v > 1 it runs
+        if interleaved.any():
+            rate = np.minimum(rate_lo, L * pp / least)
+            rates[1:][interleaved], bubbles[1:][interleaved] = rate, kept * (least * rate / L - 1)
+        return {"plain": (rates, bubbles), "whole": (rates.copy(), bubbles.copy()), "read": list(read),
+                "least": least, "kept": kept}
+
+    def _stage_least(self, S: tuple, tp: int, cp: int) -> tuple:
+        """(the floors of S's groups, S_lo = L f_min + the least output layer of S's groups) of a
+        stage-wise class through S (_stage_class), once per S, tp and cp (its stage counts
+        change neither)."""
+        key = ("stage least", S, tp, cp)
+        got = self.ways.get(key)
+        if got is None:
+            floors = [self.fb.floor(g, tp, cp) for g in S]
+            got = self.ways[key] = (floors, self.L * np.minimum.reduce(floors)
+                                    + np.minimum.reduce([self.recompute.head_s(g, tp, cp) for g in S]))
+        return got
+
+    def _stage_runs(self, pp: int) -> tuple:
+        """(whether a stage-wise class of pp stages runs each v of OptionBounds.vs, as a bool
+        array; whether each v is read from the start, _stage_class_plain's "read": a v it does
+        not run, or v > 1 under zero-bubble schedules), once per pp."""
+        key = ("stage runs", pp)
+        got = self.ways.get(key)
+        if got is None:
+            runs = np.array([v == 1 or runs_v(self.recompute, pp, v) for v in self.vs])
+            zb = zero_bubble_runs(self.inst)
+            got = self.ways[key] = (runs, tuple(bool(not r or v > 1 and zb) for v, r in zip(self.vs, runs)))
+        return got
 
     def _stage_class_read(self, fam: OptionFamily, S: tuple, counts: tuple, most: int, got: dict,
                           live: list | None) -> None:
@@ -1092,7 +1136,8 @@ class OptionBounds:
                                  shallow=float(sum(counts)))
                     ways = ([fill(g, slots[g] - dp * c, True) for g, c in zip(S, counts)]
                             + [fill(g, slots[g], False) for g in rest])
-                    root = self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros)
+                    root = self._root(fam, tuple(S) + tuple(rest), base, ways, (si, S, dp, counts), self.pipe_zeros,
+                                      keyed=False)  # (keyed together, _keyed_roots)
                     if root is not None:
                         root.plain = True
                     yield root

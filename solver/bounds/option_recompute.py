@@ -897,6 +897,30 @@ def _class_modes(terms: np.ndarray) -> list[int]:
     return np.flatnonzero(out).tolist()
 
 
+def _class_reads(rc: RecomputeFloor, groups: tuple, tp: int, cp: int, pp: int, zeros: tuple,
+                 most_ranks: int) -> tuple:
+    """(stage_terms' (room, state, a, c) per group, micro-batch size and (sp, ZeRO) mode
+    _class_modes keeps (groups, mbs, modes, 4); the floors, recompute and output layer per
+    group (groups, mbs, scenarios)) of a stage-wise class of pp stages through `groups`: what
+    stage_class_slowest_s reads of it whatever its stage counts on each group, once per class
+    depth (read-only: shared; issue 33, on 32 A100 + 32 H100 with the three options its 735
+    calls asked 143 depths, ranks and tp, cp, and building these took a fifth of each)."""
+    key = ("class reads", groups, tp, cp, pp, zeros, most_ranks)
+    got = rc.memo.get(key)
+    if got is None:
+        fb = rc.fb
+        modes = list(itertools.product(rc.sps(tp, cp), zeros))
+        mbs = fb.mbs.astype(int).tolist()
+        terms = np.array([[[rc.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks) for sp, z in modes] for b in mbs]
+                          for g in groups])  # (groups, mbs, modes, 4)
+        terms = terms[:, :, _class_modes(terms)]
+        got = (terms, *(np.stack([fn(g, tp, cp) for g in groups]) for fn in (fb.floor, rc.rc_fwd_s, rc.head_s)))
+        for x in got:
+            x.flags.writeable = False
+        rc.memo[key] = got
+    return got
+
+
 def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, zeros: tuple,
                           most_ranks: int, vs: tuple = (1,)) -> np.ndarray:
     """(v of `vs`, micro-batch sizes, scenarios): A* of a stage-wise class of counts[g] stages
@@ -914,13 +938,8 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
     if not zeros or any(rc._plain(g, tp, cp, c, zeros) for g, c in counts.items()):
         return np.zeros((len(vs), nb, ns))
     pp, groups = sum(counts.values()), list(counts)
-    modes = list(itertools.product(rc.sps(tp, cp), zeros))
-    mbs = fb.mbs.astype(int).tolist()
-    terms = np.array([[[rc.stage_terms(g, tp, cp, pp, b, sp, z, most_ranks) for sp, z in modes] for b in mbs]
-                      for g in groups])  # (groups, mbs, modes, 4)
-    terms = terms[:, :, _class_modes(terms)]
+    terms, floors, rcs, heads = _class_reads(rc, tuple(groups), tp, cp, pp, zeros, most_ranks)
     nm = terms.shape[2]
-    floors, rcs, heads = (np.stack([fn(g, tp, cp) for g in groups]) for fn in (fb.floor, rc.rc_fwd_s, rc.head_s))
     orders = list(itertools.permutations(range(len(groups))))
     at = np.array([[i for i in order for _ in range(counts[groups[i]])] for order in orders])  # (orders, pp)
     shape = (len(orders), nb, nm, ns, pp)  # a row per (order, b, mode)
@@ -934,10 +953,10 @@ def stage_class_slowest_s(rc: RecomputeFloor, counts: dict, tp: int, cp: int, ze
     out = np.full((len(vs), nb, ns), np.inf)
     rows: list[tuple] = []  # per v > 1: (its place in vs, held, slope, allowed)
     for i, v in enumerate(vs):
-        flight = in_flight(pp, v)
+        flight, relieved = rc._places(pp, v)
         held = state + flight * a
         slope = held / (flight * (a - c))
-        relieved = list(rc.relieved_ends(pp, v))
+        relieved = list(relieved)
         held[..., relieved], slope[..., relieved] = state[..., relieved], np.inf  # (module docstring)
         held, slope = held.reshape(-1, pp), slope.reshape(-1, pp)
         if v == 1:

@@ -87,12 +87,13 @@ def test_stage_class_slowest_reads_the_least_of_every_mode(tp, monkeypatch):
         vs = (1, *interleavings(rc, pp))
         cls = dict(zip((0, 1), counts))
         got = stage_class_slowest_s(rc, cls, tp, cp, zeros, most, vs)
+        # each reading on a fresh floor: the modes kept are read once a depth (_class_reads)
         with monkeypatch.context() as m:
             m.setattr(option_recompute, "_class_modes", _every_mode)
-            want = stage_class_slowest_s(rc, cls, tp, cp, zeros, most, vs)
+            want = stage_class_slowest_s(_floor(inst), cls, tp, cp, zeros, most, vs)
         with monkeypatch.context() as m:  # the planted fault: the first mode (ZeRO-0, sp off) alone
             m.setattr(option_recompute, "_class_modes", lambda terms: [0])
-            fault = stage_class_slowest_s(rc, cls, tp, cp, zeros, most, vs)
+            fault = stage_class_slowest_s(_floor(inst), cls, tp, cp, zeros, most, vs)
         assert np.array_equal(got, want), (counts, got, want)
         modes = list(itertools.product(rc.sps(tp, cp), zeros))
         terms = np.array([[[rc.stage_terms(g, tp, cp, pp, b, sp, z, most) for sp, z in modes]
