@@ -69,6 +69,7 @@ against the incumbent by the exact DP with a cutoff before it is solved.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import math
@@ -80,7 +81,7 @@ import numpy as np
 
 from paraplan.cost import partition as P
 from paraplan.cost.coefficients import (StageCoefficients, backward_lowers_only_syncs, build, build_plans,
-                                        build_and_backward_syncs)
+                                        build_and_backward_syncs, build_syncs)
 from paraplan.cost.comm import NetEfficiency
 from paraplan.cost.identity_cache import IdentityCache
 from paraplan.cost.class_coefficients import class_layer_fn, on_group
@@ -222,11 +223,13 @@ _COUNTS: dict[tuple, int] = {}  # _counted's, by (tp per choice, ZeRO stage, sp)
 _BY_SHAPE = IdentityCache(4096)
 
 
-def _spans_of(a: int, b: int, parts: int) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=4096)
+def _spans_of(a: int, b: int, parts: int) -> tuple[tuple[int, int], ...]:
     """Groups a .. b - 1 (of _plan_groups' ascending replicated parameters) cut into at most
-    `parts` spans of consecutive groups, (first, past the last) each."""
+    `parts` spans of consecutive groups, (first, past the last) each; kept per (a, b, parts)
+    (np.linspace cost about 20 us, asked per open choice of every root the re-key reads)."""
     cuts = np.linspace(a, b, min(parts, b - a) + 1).round().astype(int).tolist()
-    return list(zip(cuts[:-1], cuts[1:]))
+    return tuple(zip(cuts[:-1], cuts[1:]))
 
 
 class _HashedKey(tuple):
@@ -516,6 +519,76 @@ class OuterChoices:
             return float(quick[alive].min()) if alive.any() else math.inf
         return self._entries_in(kept, grid, picks, live)
 
+    def _span_key(self, x, values: np.ndarray, a: int, b: int) -> tuple:
+        """The memo's key of _span_coeffs(x, .., values, a, b): what class k's builds read
+        (_class_key, per scenario), the group and the span's least and largest counts."""
+        k, g = x
+        return ("split", tuple(self._class_key(si, k) for si in range(len(self.scenarios))), g,
+                float(values[a]), float(values[b - 1]))
+
+    def _build_spans(self, k: int, items: list) -> None:
+        """_span_coeffs of each (x, a, b) of `items` (choices of class k) not in the memo yet,
+        built into it in one batch per scenario (_spans_below: the same floats as one _below
+        each, tests/partition/test_parts15_span_batch.py). One build at a time cost a lookup
+        of the outer's priced parts (cost/coefficients._outer_parts, hashing the Outer) and a
+        re-read of the layer costs at the backward per span."""
+        todo: dict = {}
+        for x, a, b in items:
+            per, rep, values, _ = self._groups_of(x)
+            key = self._span_key(x, values, a, b)
+            if key not in todo and key not in self.memo:
+                todo[key] = (x[1], self._span_terms(per, rep, values, a, b))
+        if not todo:
+            return
+        built = [self._spans_below(si, k, [(g, terms[si]) for g, terms in todo.values()])
+                 for si in range(len(self.scenarios))]
+        for r, key in enumerate(todo):
+            self.memo[key] = [per_si[r] for per_si in built]
+
+    def _spans_below(self, si: int, k: int, batch: list) -> list[StageCoefficients]:
+        """_below(i, k, {g: lo}, {g: hi}) on scenario position si of each (g, (lo, hi)) of
+        `batch` (LayerTerms), in one build_plans read (and one build_syncs read of the
+        backwards where those lower only the syncs), float for float: build_plans and
+        build_syncs give each layer function's numbers as one build of it alone, and
+        build_and_backward_syncs' syncs are build_syncs' (cost/coefficients.py)."""
+        i = self.scenarios[si]
+        lo_fns = [self._layer_fn(i, k, {g: _const(lo)}) for g, (lo, _) in batch]
+        hi_fns = [self._layer_fn(i, k, {g: _const(hi)}) for g, (_, hi) in batch]
+        if not backward_lowers_only_syncs(self.inst, self.co[k]):
+            built = self._build_plans(i, k, [f for pair in zip(lo_fns, hi_fns) for f in pair])
+            return [elementwise_min(lo, hi) for lo, hi in zip(built[::2], built[1::2])]
+        s = self.inst.search
+        syncs = build_syncs(self.inst, self.co[k], hi_fns, self.net, s.memory_reserve_bytes,
+                            placement=self.placed(i, k))
+        return [dataclasses.replace(lo, layer_sync_time_s=np.minimum(lo.layer_sync_time_s, layer_sync * self.factor),
+                                    stage_sync_time_s=np.minimum(lo.stage_sync_time_s, stage_sync * self.factor))
+                for lo, (layer_sync, stage_sync) in zip(self._build_plans(i, k, lo_fns), syncs)]
+
+    # _span_terms' by (each scenario's table and plan rows, the span's counts), each entry holding
+    # those tables and rows (so that their ids name them while it lives)
+    _SPAN_TERMS: dict = {}
+    _SPAN_TERMS_MAX = 16384
+
+    @staticmethod
+    def _span_terms(per: list, rep: np.ndarray, values: np.ndarray, a: int, b: int) -> list:
+        """Per scenario, partition_plans.optimistic_terms of the plans of its table (`per`:
+        (table, plan rows) each, _plan_groups) whose replicated parameters are values[a:b],
+        kept by the tables and rows: the outers that share a group's tables read the same
+        spans (on the three-type, two-site row 5,004 span builds read 156 distinct terms), and
+        one LayerTerms object each lets cost/coefficients keep its layer costs by identity."""
+        owners = tuple(o for pair in per for o in pair)
+        key = (tuple(id(o) for o in owners), float(values[a]), float(values[b - 1]))
+        kept = OuterChoices._SPAN_TERMS
+        hit = kept.get(key)
+        if hit is not None and all(h is o for h, o in zip(hit[0], owners)):
+            return hit[1]
+        mask = (rep >= values[a]) & (rep <= values[b - 1])
+        got = [optimistic_terms(t, r[mask]) for t, r in per]
+        if len(kept) >= OuterChoices._SPAN_TERMS_MAX:
+            kept.clear()
+        kept[key] = (owners, got)
+        return got
+
     def _entries_in(self, kept: dict, grid: np.ndarray, picks: list, rows: np.ndarray) -> dict:
         """Per open choice x, the entries of kept[x] beyond Megatron's that the combinations of
         `grid` at `rows` (a mask) hold."""
@@ -627,8 +700,10 @@ class OuterChoices:
         optimistic), in their order; every choice's spans bounded in one read (_bounded_many:
         one call per class and round, not per choice; on the three-type, two-site row the
         re-key read 813 choices in 1,562 rounds, each a few spans). A span's coefficients are
-        kept in the search's memo (_span_coeffs)."""
+        kept in the search's memo (_span_coeffs), those not kept yet built in one batch per
+        scenario (_build_spans)."""
         xs = [x for x in xs if spans.get(x)]
+        self._build_spans(k, [(x, a, b) for x in xs for a, b in spans[x]])
         coeffs = {x: [self._span_coeffs(x, *self._groups_of(x)[:3], a, b) for a, b in spans[x]] for x in xs}
         ok = self._bounded_many(k, [(x[1], coeffs[x]) for x in xs], cut) if xs else []
         return {x: [(ab, c) for ab, c, y in zip(spans[x], coeffs[x], y_x) if y] for x, y_x in zip(xs, ok)}
@@ -657,16 +732,13 @@ class OuterChoices:
 
     def _span_coeffs(self, x, per: list, rep: np.ndarray, values: np.ndarray, a: int, b: int) -> list:
         """Class k's coefficients per scenario with choice x = (k, g) at the optimistic terms of
-        its plans whose replicated parameters are values[a:b] (tests/oracles/class_partitions.kept_groups)."""
-        k, g = x
-        key = ("split", tuple(self._class_key(si, k) for si in range(len(self.scenarios))), g,
-               float(values[a]), float(values[b - 1]))
+        its plans whose replicated parameters are values[a:b] (tests/oracles/class_partitions.kept_groups),
+        kept in the search's memo (_build_spans)."""
+        key = self._span_key(x, values, a, b)
         got = self.memo.get(key)
         if got is None:
-            mask = (rep >= values[a]) & (rep <= values[b - 1])
-            terms = [optimistic_terms(t, r[mask]) for t, r in per]
-            got = self.memo[key] = [self._below(i, k, {g: _const(lo)}, {g: _const(hi)})
-                                    for i, (lo, hi) in zip(self.scenarios, terms)]
+            self._build_spans(x[0], [(x, a, b)])
+            got = self.memo[key]
         return got
 
     def _with(self, cls: dict[int, list[StageCoefficients]]) -> list[list[StageCoefficients]]:
